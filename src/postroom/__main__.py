@@ -1,0 +1,5 @@
+"""``python -m postroom`` runs the CLI."""
+
+from postroom.cli import main
+
+main()
