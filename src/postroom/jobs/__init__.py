@@ -1,0 +1,1 @@
+"""The durable job queue service, its worker, handlers and schedules."""

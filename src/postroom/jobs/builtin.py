@@ -1,0 +1,38 @@
+"""The job handlers and schedules every Postroom worker runs."""
+
+from __future__ import annotations
+
+import logging
+
+from postroom.config import Settings
+from postroom.jobs.handlers import HandlerRegistry, JobContext
+from postroom.jobs.schedules import Schedule
+from postroom.store import maintenance
+
+log = logging.getLogger("postroom.jobs")
+
+HOUR_MS = 3_600_000
+
+
+def run_maintenance(ctx: JobContext) -> None:
+    """Hourly: drop expired idempotency records and verification codes."""
+    now = ctx.app.clock.now_ms()
+    with ctx.app.db.write() as tx:
+        records = maintenance.purge_expired_idempotency_records(tx, now)
+        codes = maintenance.purge_expired_verifications(tx, now)
+    with ctx.app.db.write() as tx:
+        maintenance.optimize(tx)
+    log.info("maintenance: purged %d idempotency records, %d codes", records, codes)
+
+
+def default_schedules() -> list[Schedule]:
+    return [Schedule("maintenance.hourly", "maintenance.run", HOUR_MS)]
+
+
+def default_registry(settings: Settings) -> HandlerRegistry:
+    """Built-in handlers plus those of the modules named in worker.handler_modules."""
+    registry = HandlerRegistry()
+    registry.register("maintenance.run", run_maintenance)
+    for module_name in settings.worker_handler_modules:
+        registry.load_module(module_name)
+    return registry

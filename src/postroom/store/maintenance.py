@@ -1,0 +1,21 @@
+"""Housekeeping statements run by the maintenance job."""
+
+from __future__ import annotations
+
+from postroom.store.db import Engine, Tx
+
+
+def purge_expired_idempotency_records(tx: Tx, now: int) -> int:
+    """Idempotency records live 30 days (seed 000); afterwards the key may be reused."""
+    return tx.execute("DELETE FROM idempotency_records WHERE expires_at <= %s", (now,))
+
+
+def purge_expired_verifications(tx: Tx, now: int) -> int:
+    """Codes and links are kept 24 hours after arrival (seed 000 verifications)."""
+    return tx.execute("DELETE FROM verifications WHERE expires_at <= %s", (now,))
+
+
+def optimize(tx: Tx) -> None:
+    """Let SQLite refresh its planner statistics where they went stale."""
+    if tx.engine is Engine.SQLITE:
+        tx.execute("PRAGMA optimize")
