@@ -1,0 +1,1 @@
+"""Tenants, partners, identities, addresses, domains and API keys."""

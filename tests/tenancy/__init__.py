@@ -1,0 +1,1 @@
+"""Tests of tenants, identities, addresses, API keys and the first-start bootstrap."""
