@@ -1,0 +1,132 @@
+"""Long-running processes: ``serve`` (everything in one process) and ``worker``."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+
+import click
+
+from postroom import __version__
+from postroom.app import App
+from postroom.cli.context import state
+from postroom.config import mask_url_password
+from postroom.errors import ConfigError
+from postroom.jobs.builtin import default_registry, default_schedules
+from postroom.jobs.worker import Worker
+
+# The parts `serve` can run. A part whose value is None is not in this build yet.
+PARTS: dict[str, str | None] = {
+    "worker": "background job worker",
+    "smtp": None,  # inbound SMTP server: arrives with the inbound-mail capability
+    "api": None,  # REST API: arrives with the REST API capability
+}
+
+
+def _wait_for_signal(stop: threading.Event) -> None:
+    def handle(signum: int, frame: object) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _build_worker(app: App, concurrency: int | None, types: tuple[str, ...]) -> Worker:
+    registry = default_registry(app.settings)
+    return Worker(
+        app,
+        registry,
+        concurrency=concurrency or app.settings.worker_concurrency,
+        job_types=list(types) or None,
+        schedules=default_schedules(),
+        poll_interval_s=app.settings.worker_poll_interval_ms / 1000,
+    )
+
+
+@click.command()
+@click.option(
+    "--only",
+    type=click.Choice(sorted(PARTS)),
+    default=None,
+    help="Run one part only (scale each part as its own process).",
+)
+@click.pass_context
+def serve(ctx: click.Context, only: str | None) -> None:
+    """Run Postroom: every part that exists in this build, in one process."""
+    cli_state = state(ctx)
+    settings = cli_state.settings
+    wanted = [only] if only else [name for name, what in PARTS.items() if what]
+    missing = [name for name in wanted if PARTS[name] is None]
+    if missing:
+        raise ConfigError(f"the {missing[0]} part is not in this build of Postroom yet")
+    app = cli_state.app()
+    stop = threading.Event()
+    stoppers: list[Callable[[], object]] = []
+    try:
+        console = cli_state.console
+        console.print(f"[bold]Postroom {__version__}[/bold]")
+        console.print(f"  data folder  {settings.data_dir}")
+        console.print(f"  database     {mask_url_password(settings.database_url)}")
+        if "worker" in wanted:
+            worker = _build_worker(app, None, ())
+            worker.start()
+            stoppers.append(lambda: worker.stop(settings.worker_shutdown_grace_seconds))
+            console.print(
+                f"  worker       {worker.concurrency} threads; job types: "
+                f"{', '.join(worker.job_types)}"
+            )
+        listens = {
+            "smtp": ("smtp.listen", settings.smtp_listen),
+            "api": ("http.listen", settings.http_listen),
+        }
+        for name, what in PARTS.items():
+            if what is None and name in listens:
+                setting_name, address = listens[name]
+                console.print(
+                    f"  {name:<12} not in this build yet (will listen on {setting_name}, {address})"
+                )
+        console.print("Press Ctrl-C to stop.")
+        _wait_for_signal(stop)
+        console.print("Stopping...")
+    finally:
+        for stopper in reversed(stoppers):
+            stopper()
+        app.close()
+
+
+@click.command()
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="Jobs run at once (default: worker.concurrency).",
+)
+@click.option("--type", "types", multiple=True, help="Run only this job type (repeatable).")
+@click.pass_context
+def worker(ctx: click.Context, concurrency: int | None, types: tuple[str, ...]) -> None:
+    """Run a background worker until SIGTERM / Ctrl-C (then release held jobs)."""
+    cli_state = state(ctx)
+    app = cli_state.app()
+    try:
+        try:
+            runner = _build_worker(app, concurrency, types)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        runner.start()
+        stop = threading.Event()
+        _wait_for_signal(stop)
+        released = runner.stop(app.settings.worker_shutdown_grace_seconds)
+        cli_state.err_console.print(
+            f"worker stopped: {runner.stats.completed} completed, {released} released"
+        )
+    finally:
+        app.close()
+
+
+COMMANDS = [serve, worker]
