@@ -20,8 +20,8 @@ class CliState:
     def __init__(self, config_path: str | None) -> None:
         self.config_path = config_path
         self._settings: Settings | None = None
-        self.console = Console(highlight=False)
-        self.err_console = Console(stderr=True, highlight=False)
+        self.console = Console(highlight=False, soft_wrap=True)
+        self.err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
     @property
     def settings(self) -> Settings:
