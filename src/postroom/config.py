@@ -114,6 +114,11 @@ def _choice_parser(*choices: str) -> Parser:
     return parse
 
 
+def _parse_optional_path(raw: Any, source: _Source) -> Path | None:
+    text = _parse_str(raw, source).strip()
+    return _parse_path(text, source) if text else None
+
+
 def _parse_bool(raw: Any, source: _Source) -> bool:
     if isinstance(raw, bool):
         return raw
@@ -294,6 +299,71 @@ class Settings:
         "Domain of the addresses Postroom hands out by default (username@platform_domain).",
         default="localhost",
     )
+    smtp_hostname: str = setting(
+        "smtp.hostname",
+        _parse_domain,
+        "domain",
+        "Name the SMTP server gives in its greeting and Received headers. "
+        "Default: platform_domain.",
+        derived_default=lambda values: values["platform_domain"],
+    )
+    smtp_max_message_bytes: int = setting(
+        "smtp.max_message_bytes",
+        _int_parser(1024, 1 << 30),
+        "integer",
+        "Largest message accepted (advertised as SIZE; larger ones get 552).",
+        default=26_214_400,
+    )
+    smtp_max_recipients: int = setting(
+        "smtp.max_recipients",
+        _int_parser(1, 10_000),
+        "integer",
+        "Recipients accepted per message; the next RCPT gets 452.",
+        default=100,
+    )
+    smtp_max_line_length: int = setting(
+        "smtp.max_line_length",
+        _int_parser(1001, 64 << 20),
+        "integer",
+        "Longest line accepted inside DATA, in octets. Real mail has lines beyond RFC 5321's "
+        "1000, so the default is generous; commands stay limited to 512 octets.",
+        default=1_048_576,
+    )
+    smtp_tls_cert_file: Path | None = setting(
+        "smtp.tls_cert_file",
+        _parse_optional_path,
+        "path",
+        "PEM certificate chain for STARTTLS (with smtp.tls_key_file); empty: no STARTTLS.",
+        default="",
+    )
+    smtp_tls_key_file: Path | None = setting(
+        "smtp.tls_key_file",
+        _parse_optional_path,
+        "path",
+        "PEM private key for STARTTLS.",
+        default="",
+    )
+    smtp_sender_rate_limit: int = setting(
+        "smtp.sender_rate_limit",
+        _int_parser(0, 10_000_000),
+        "integer",
+        "Messages accepted from one envelope sender per window before 451 4.7.1 (0: no limit).",
+        default=600,
+    )
+    smtp_sender_rate_window_seconds: int = setting(
+        "smtp.sender_rate_window_seconds",
+        _int_parser(1, 86_400),
+        "integer",
+        "Length of the per-sender throttle window.",
+        default=60,
+    )
+    smtp_timeout_seconds: int = setting(
+        "smtp.timeout_seconds",
+        _int_parser(5, 3600),
+        "integer",
+        "Idle time after which the SMTP server closes a connection.",
+        default=300,
+    )
     master_key_file: Path = setting(
         "master_key_file",
         _parse_path,
@@ -433,6 +503,8 @@ def _spec(f: dataclasses.Field[Any]) -> SettingSpec:
 
 
 def _render(value: Any) -> str:
+    if value is None:
+        return ""
     if isinstance(value, tuple) and not isinstance(value, ListenAddress):
         return ",".join(str(v) for v in value)
     return str(value)

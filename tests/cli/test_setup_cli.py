@@ -6,6 +6,8 @@ import hashlib
 import json
 import os
 import signal
+import smtplib
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -210,8 +212,9 @@ def test_db_status_and_migrate_on_postgres(pg_server: Any, home: Path) -> None:
 
 
 def test_serve_runs_until_sigterm(home: Path) -> None:
-    env = _base_env()
+    env = _base_env(POSTROOM_SMTP_LISTEN="127.0.0.1:0")
     assert run(["init"], env, home).returncode == 0
+    assert run(["identity", "create", "bob"], env, home).returncode == 0
     proc = subprocess.Popen(
         [sys.executable, "-m", "postroom", "serve"],
         env=env,
@@ -228,13 +231,29 @@ def test_serve_runs_until_sigterm(home: Path) -> None:
             seen += proc.stdout.readline()
         assert "worker" in seen
         # Long lines are not hard-wrapped when stdout is not a terminal.
-        assert "(will listen on smtp.listen, 127.0.0.1:2525)" in seen
+        assert "(will listen on http.listen, 127.0.0.1:8025)" in seen
+        port = int(seen.split("smtp         listening on 127.0.0.1:")[1].split()[0])
+        with smtplib.SMTP("127.0.0.1", port) as client:
+            refused = client.sendmail(
+                "a@example.org", ["bob@localhost"], b"Subject: hi\r\n\r\nhello\r\n"
+            )
+        assert refused == {}
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.communicate()
+
+
+def test_serve_says_when_the_smtp_port_is_taken(home: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        env = _base_env(POSTROOM_SMTP_LISTEN=f"127.0.0.1:{port}")
+        assert run(["init"], env, home).returncode == 0
+        _one_line_error(run(["serve"], env, home), "smtp.listen", f"127.0.0.1:{port}")
 
 
 def test_serve_only_a_part_not_built_yet(home: Path) -> None:

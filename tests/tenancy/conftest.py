@@ -13,13 +13,6 @@ from postroom.tenancy.bootstrap import initialize
 
 
 @pytest.fixture
-def ready_app(app: App) -> App:
-    """The plugin's App after `postroom init`: default tenant, platform domain, platform key."""
-    initialize(app)
-    return app
-
-
-@pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
 

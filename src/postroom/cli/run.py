@@ -19,7 +19,7 @@ from postroom.jobs.worker import Worker
 # The parts `serve` can run. A part whose value is None is not in this build yet.
 PARTS: dict[str, str | None] = {
     "worker": "background job worker",
-    "smtp": None,  # inbound SMTP server: arrives with the inbound-mail capability
+    "smtp": "inbound SMTP server",
     "api": None,  # REST API: arrives with the REST API capability
 }
 
@@ -73,6 +73,20 @@ def serve(ctx: click.Context, only: str | None) -> None:
         console.print(f"[bold]Postroom {__version__}[/bold]")
         console.print(f"  data folder  {settings.data_dir}")
         console.print(f"  database     {mask_url_password(settings.database_url)}")
+        if "smtp" in wanted:
+            from postroom.inbound.smtp import SMTPServer
+
+            smtp = SMTPServer(app)
+            try:
+                smtp.start()
+            except OSError as exc:
+                raise ConfigError(
+                    f"invalid setting smtp.listen: cannot listen on {settings.smtp_listen}: "
+                    f"{exc.strerror or exc}"
+                ) from None
+            stoppers.append(smtp.stop)
+            tls = " (STARTTLS)" if settings.smtp_tls_cert_file else ""
+            console.print(f"  smtp         listening on {smtp.host}:{smtp.port}{tls}")
         if "worker" in wanted:
             worker = _build_worker(app, None, ())
             worker.start()
@@ -81,16 +95,11 @@ def serve(ctx: click.Context, only: str | None) -> None:
                 f"  worker       {worker.concurrency} threads; job types: "
                 f"{', '.join(worker.job_types)}"
             )
-        listens = {
-            "smtp": ("smtp.listen", settings.smtp_listen),
-            "api": ("http.listen", settings.http_listen),
-        }
-        for name, what in PARTS.items():
-            if what is None and name in listens:
-                setting_name, address = listens[name]
-                console.print(
-                    f"  {name:<12} not in this build yet (will listen on {setting_name}, {address})"
-                )
+        if PARTS["api"] is None:
+            console.print(
+                f"  api          not in this build yet (will listen on http.listen, "
+                f"{settings.http_listen})"
+            )
         console.print("Press Ctrl-C to stop.")
         _wait_for_signal(stop)
         console.print("Stopping...")

@@ -1,7 +1,8 @@
 """What tables, columns and indexes a database has: for the schema pin and upgrade tests.
 
 Indexes are those created by ``CREATE INDEX`` (named in the migrations); the implicit
-ones behind PRIMARY KEY and UNIQUE constraints are engine-specific and left out.
+ones behind PRIMARY KEY and UNIQUE constraints are engine-specific and left out, as are
+the shadow tables SQLite keeps behind an FTS5 virtual table (``fts_data``, ``fts_idx``...).
 """
 
 from __future__ import annotations
@@ -10,18 +11,20 @@ from postroom.store.db import Engine, Tx
 
 Schema = dict[str, dict[str, list[str]]]
 
+_FTS5_SHADOWS = ("data", "idx", "content", "docsize", "config")
+
 
 def schema_snapshot(tx: Tx) -> Schema:
     """{table: {"columns": [names in order], "indexes": [sorted names]}}."""
     snapshot: Schema = {}
     if tx.engine is Engine.SQLITE:
-        tables = [
-            r["name"]
-            for r in tx.fetchall(
-                "SELECT name FROM sqlite_master WHERE type = 'table'"
-                " AND name NOT LIKE 'sqlite_%%' ORDER BY name"
-            )
-        ]
+        rows = tx.fetchall(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'table'"
+            " AND name NOT LIKE 'sqlite_%%' ORDER BY name"
+        )
+        virtual = [r["name"] for r in rows if r["sql"].upper().startswith("CREATE VIRTUAL TABLE")]
+        shadows = {f"{v}_{part}" for v in virtual for part in _FTS5_SHADOWS}
+        tables = [r["name"] for r in rows if r["name"] not in shadows]
         for table in tables:
             columns = [r["name"] for r in tx.fetchall(f'PRAGMA table_info("{table}")')]
             indexes = sorted(

@@ -470,6 +470,47 @@ def lookup_address(tx: Tx, address: str) -> AddressRoute | None:
     )
 
 
+@dataclass(frozen=True)
+class CatchAllRoute:
+    """Where a catch-all domain delivers local parts it has no address for."""
+
+    domain_id: str
+    identity_id: str
+    tenant_id: str
+    identity_status: str
+    tenant_status: str
+
+
+def catch_all_route(tx: Tx, domain_name: str) -> CatchAllRoute | None:
+    """The catch-all inbox of a receiving domain, if it has one."""
+    row = tx.fetchone(
+        "SELECT d.id AS domain_id, i.id AS identity_id, i.tenant_id,"
+        " i.status AS identity_status, t.status AS tenant_status"
+        " FROM domains d JOIN identities i ON i.id = d.catch_all_identity_id"
+        " JOIN tenants t ON t.id = i.tenant_id"
+        " WHERE d.name = %s AND d.routing_mode = 'catch_all' AND d.receiving = 1",
+        (domain_name,),
+    )
+    if row is None:
+        return None
+    return CatchAllRoute(
+        row["domain_id"],
+        row["identity_id"],
+        row["tenant_id"],
+        row["identity_status"],
+        row["tenant_status"],
+    )
+
+
+def set_catch_all(tx: Tx, domain_id: str, identity_id: str | None, now: int) -> None:
+    """Make a domain catch-all into ``identity_id``, or literal again with None."""
+    tx.execute(
+        "UPDATE domains SET routing_mode = %s, catch_all_identity_id = %s, updated_at = %s"
+        " WHERE id = %s",
+        ("catch_all" if identity_id else "literal", identity_id, now, domain_id),
+    )
+
+
 # --- tombstones -----------------------------------------------------------------------
 
 

@@ -11,8 +11,10 @@ Fixtures:
 * ``empty_database_url`` — a fresh, empty database of the engine.
 * ``database_url`` — a fresh database migrated to head (PostgreSQL: cloned from a
   migrated template, ~40 ms).
-* ``db`` — that database opened; ``settings`` / ``app`` — a whole initialised data
-  folder around it (key files, blob store), built with :func:`postroom.app.build_app`.
+* ``db`` — that database opened; ``settings`` / ``app`` — a whole data folder around it
+  (key files, blob store), built with :func:`postroom.app.build_app`;
+  ``ready_app`` — that App after ``postroom init`` (default tenant, platform domain
+  ``localhost``, a platform key).
 """
 
 from __future__ import annotations
@@ -201,3 +203,12 @@ def app(settings: Any) -> Iterator[Any]:
     built = build_app(settings, apply_migrations=True)
     yield built
     built.close()
+
+
+@pytest.fixture
+def ready_app(app: Any) -> Any:
+    """The App after `postroom init`: default tenant, platform domain, platform key."""
+    from postroom.tenancy.bootstrap import initialize
+
+    initialize(app)
+    return app

@@ -1,0 +1,1 @@
+"""Inbound mail: SMTP, routing, staging, ingestion and import."""
