@@ -6,6 +6,12 @@ a job held by a process that died is taken over once its lease runs out; an atte
 lost its lease can no longer write its result. A handler with outside effects must
 tolerate being run again after a crash.
 
+Backpressure is approximate by design (seed 003: "this is backpressure rather than an
+invariant"): the pending depth of a type is read with a bounded count, and each count
+lets the process enqueue up to half the remaining room within the next second without
+counting again — a deep queue is counted about once a second, a nearly full one on every
+enqueue.
+
 Failures are classified before the attempt budget is consulted: a transient failure is
 retried after a jittered exponential delay (written to ``available_at``) until
 ``jobs.max_attempts``; a permanent one dead-letters at once. The reason stored is a type
@@ -17,6 +23,8 @@ from __future__ import annotations
 import json
 import random
 import re
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +37,7 @@ from postroom.store.db import Database, Tx
 from postroom.store.jobs import Job
 
 MAX_PAYLOAD_BYTES = 8192
+DEPTH_RECHECK_S = 1.0
 _TYPE_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 
 
@@ -60,6 +69,29 @@ class JobQueue:
         self.db = db
         self.clock = clock
         self.policy = policy
+        # job type -> (monotonic deadline, enqueues allowed before the next count)
+        self._depth_budget: dict[str, tuple[float, int]] = {}
+        self._budget_lock = threading.Lock()
+
+    def _depth_allows(self, tx: Tx, job_type: str) -> bool:
+        """Backpressure: False when the type's pending depth is at its bound.
+
+        A count grants a budget of half the remaining room, valid for a second, so a deep
+        but not full queue is counted about once a second and a nearly full one on every
+        enqueue."""
+        now = time.monotonic()
+        with self._budget_lock:
+            deadline, budget = self._depth_budget.get(job_type, (0.0, 0))
+            if deadline > now and budget > 0:
+                self._depth_budget[job_type] = (deadline, budget - 1)
+                return True
+        depth = self.policy.max_queue_depth
+        count = job_rows.pending_count(tx, job_type, depth)
+        if count >= depth:
+            return False
+        with self._budget_lock:
+            self._depth_budget[job_type] = (now + DEPTH_RECHECK_S, (depth - count) // 2)
+        return True
 
     # --- enqueue -----------------------------------------------------------------------
 
@@ -112,7 +144,7 @@ class JobQueue:
         existing = job_rows.find_by_key(tx, job_type, idempotency_key)
         if existing is not None:
             return existing
-        if job_rows.pending_depth_reached(tx, job_type, self.policy.max_queue_depth):
+        if not self._depth_allows(tx, job_type):
             raise QueueFull(
                 f"the {job_type} queue holds {self.policy.max_queue_depth} pending jobs "
                 "(jobs.max_queue_depth); try again later"

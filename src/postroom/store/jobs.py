@@ -80,14 +80,14 @@ def find_by_key(tx: Tx, job_type: str, idempotency_key: str) -> Job | None:
     return None if row is None else Job.from_row(row)
 
 
-def pending_depth_reached(tx: Tx, job_type: str, depth: int) -> bool:
-    """Whether ``depth`` rows of this type are pending; reads at most ``depth`` rows."""
+def pending_count(tx: Tx, job_type: str, limit: int) -> int:
+    """Pending rows of this type, counted up to ``limit`` (the read stops there)."""
     count = tx.fetchval(
         "SELECT count(*) AS n FROM (SELECT 1 FROM jobs WHERE job_type = %s "
         "AND state = 'pending' LIMIT %s) AS bounded",
-        (job_type, depth),
+        (job_type, limit),
     )
-    return int(count) >= depth
+    return int(count)
 
 
 def insert(
