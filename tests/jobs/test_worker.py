@@ -57,6 +57,13 @@ def test_failures_are_classified_and_never_store_the_message(
     assert "secret text" not in repr(rows)
 
 
+def _pg_error(sqlstate: str) -> Exception:
+    """A real psycopg exception class for the SQLSTATE, as a server would raise it."""
+    import psycopg.errors
+
+    return psycopg.errors.lookup(sqlstate)("from the server")
+
+
 @pytest.mark.parametrize(
     ("exc", "transient", "reason"),
     [
@@ -65,6 +72,9 @@ def test_failures_are_classified_and_never_store_the_message(
         (TransientFailure("rate_limited", "text"), True, "TransientFailure:rate_limited"),
         (ValueError("Subject: hello bob@example.com"), False, "ValueError:unclassified"),
         (KeyError("x"), False, "KeyError:unclassified"),
+        (_pg_error("40P01"), True, "DeadlockDetected:40P01"),
+        (_pg_error("40001"), True, "SerializationFailure:40001"),
+        (_pg_error("23505"), False, "UniqueViolation:unclassified"),
     ],
 )
 def test_classify(exc: BaseException, transient: bool, reason: str) -> None:

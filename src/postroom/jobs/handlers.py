@@ -58,11 +58,18 @@ _TRANSIENT_ERRNOS = {
 }
 
 
+# SQLSTATEs that say "try again": deadlock detected, serialization failure.
+_RETRYABLE_SQLSTATES = {"40P01", "40001"}
+
+
 def classify(exc: BaseException) -> tuple[bool, str]:
     """(transient?, reason) for a failed attempt. The reason never quotes the message."""
     name = type(exc).__name__
     if isinstance(exc, JobFailure):
         return exc.transient, f"{name}:{exc.code}"
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate in _RETRYABLE_SQLSTATES:
+        return True, f"{name}:{sqlstate}"
     if isinstance(exc, DatabaseBusy | DatabaseUnavailable):
         return True, f"{name}:{exc.code}"
     if isinstance(exc, PostroomError):
