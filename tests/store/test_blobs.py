@@ -100,3 +100,31 @@ def test_unwritable_root_is_a_clear_error(tmp_path: Path) -> None:
     store = FilesystemBlobStore(tmp_path / "blobs")
     with pytest.raises(BlobError, match="cannot write blob"):
         store.check_writable()
+
+
+@pytest.mark.parametrize("use_syncfs", [True, False])
+def test_unsynced_writes_become_durable_together(
+    blobs: FilesystemBlobStore, monkeypatch: pytest.MonkeyPatch, use_syncfs: bool
+) -> None:
+    import postroom.store.blobs as module
+
+    if not use_syncfs:
+        monkeypatch.setattr(module, "_SYNCFS", None)
+    elif module._SYNCFS is None:
+        pytest.skip("syncfs(2) is Linux-only")
+    fsynced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsynced.append(fd), real_fsync(fd))[1])
+    keys = [f"t/ten_A/i/idn_B/m/msg_{n}/raw.eml" for n in range(5)]
+    for n, key in enumerate(keys):
+        blobs.put_unsynced(key, f"message {n}".encode())
+    assert fsynced == []  # nothing waited for the disk yet
+    assert blobs.get(keys[3]) == b"message 3"  # but every object is complete and readable
+    blobs.sync(keys)
+    if use_syncfs:
+        assert fsynced == []  # one syncfs, not an fsync per file
+    else:
+        # Each file, each message folder, and the folder that gained them.
+        assert len(fsynced) >= len(keys) * 2 + 1
+    assert [blobs.get(k) for k in keys] == [f"message {n}".encode() for n in range(5)]
+    assert [p for p in blobs.root.rglob(".tmp-*")] == []
