@@ -213,13 +213,19 @@ def test_a_throttled_sender_gets_451(app: Any, inbox: str) -> None:
         with smtplib.SMTP("127.0.0.1", server.port) as client:
             client.sendmail("spammy@example.org", ["bob@localhost"], MESSAGE)
             client.sendmail("spammy@example.org", ["bob@localhost"], MESSAGE)
-            with pytest.raises(smtplib.SMTPSenderRefused) as info:
+            # The third is refused after its data, when the count is taken...
+            with pytest.raises(smtplib.SMTPDataError) as info:
                 client.sendmail("spammy@example.org", ["bob@localhost"], MESSAGE)
             assert info.value.smtp_code == 451
             assert b"4.7.1" in info.value.smtp_error
+            # ...and from then on at MAIL FROM, before any data is sent.
+            with pytest.raises(smtplib.SMTPSenderRefused) as early:
+                client.sendmail("spammy@example.org", ["bob@localhost"], MESSAGE)
+            assert early.value.smtp_code == 451
             # Another sender is not affected.
             assert client.sendmail("calm@example.org", ["bob@localhost"], MESSAGE) == {}
         assert len(_staged(app)) == 3
+        assert len(list(Path(app.settings.blobs_path).rglob("*.eml"))) == 3
     finally:
         server.stop()
 

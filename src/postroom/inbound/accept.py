@@ -2,9 +2,9 @@
 
 ``stage_batch`` is what stands between a DATA command and its ``250``. For each message
 of the batch it writes the raw bytes (with our Received header) to the blob store once
-per recipient identity — fsynced before the call returns — and then, in ONE database
-transaction for the whole batch, inserts the ``inbound_queue`` rows, enqueues their
-``inbound.ingest`` jobs and counts the senders' throttle windows. Only after that commit
+per recipient identity; then, for the whole batch, it flushes all those blobs to disk at
+once and, in ONE database transaction, inserts the ``inbound_queue`` rows, enqueues
+their ``inbound.ingest`` jobs and counts the senders' throttle windows. Only after that commit
 may the SMTP server answer 250 (the caller does, per message). If the transaction fails,
 every message of the batch gets a temporary failure and its blobs are removed.
 
@@ -113,7 +113,8 @@ def _group_by_identity(routes: list[Route]) -> list[tuple[Route, list[str]]]:
 
 
 def write_blobs(app: App, submission: Submission) -> None:
-    """Write one raw copy per recipient identity (fsynced). Fills ``submission.staged``."""
+    """Write one raw copy per recipient identity (not yet flushed to disk; see
+    ``commit_batch``). Fills ``submission.staged``."""
     groups = _group_by_identity(submission.routes)
     primary_seen: set[str] = set()
     hostname = app.settings.smtp_hostname
@@ -128,7 +129,8 @@ def write_blobs(app: App, submission: Submission) -> None:
         )
         raw = header + submission.raw
         key = message_raw_key(route.tenant_id, route.identity_id, message_id)
-        app.blobs.put(key, raw)
+        # Durable in commit_batch, together with the rest of the batch (one flush).
+        app.blobs.put_unsynced(key, raw)
         is_primary = route.tenant_id not in primary_seen
         primary_seen.add(route.tenant_id)
         submission.staged.append(
@@ -163,11 +165,13 @@ def window_start(app: App, now: int) -> int:
 
 
 def commit_batch(app: App, batch: list[Submission]) -> None:
-    """Stage every message of the batch in one transaction (blobs already written).
+    """Make the batch's blobs durable (one flush), then stage every message in one
+    transaction.
 
     Messages over their sender's throttle are marked ``throttled`` and not staged.
-    Raises if the transaction fails: nothing of the batch is then durable.
+    Raises if the flush or the transaction fails: nothing of the batch is then staged.
     """
+    app.blobs.sync(staged.raw_blob_key for submission in batch for staged in submission.staged)
     limit = app.settings.smtp_sender_rate_limit
     with app.db.write() as tx:
         used: dict[tuple[str, int], int] = {}  # in the window so far, this batch included

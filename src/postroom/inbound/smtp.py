@@ -40,7 +40,6 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from postroom.inbound import accept
 from postroom.inbound.directory import Refusal, Route, normalize_address, route_recipient
-from postroom.store import inbound as inbound_rows
 
 if TYPE_CHECKING:
     from postroom.app import App
@@ -162,6 +161,7 @@ class InboundHandler:
         self.executor = executor
         self.committer = committer
         self.stats = SmtpStats()
+        self._throttled_until: dict[str, int] = {}
 
     async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
@@ -171,13 +171,18 @@ class InboundHandler:
         self.stats.by_reply[code] = self.stats.by_reply.get(code, 0) + 1
         return reply
 
-    def _sender_over_limit(self, sender: str) -> bool:
-        limit = self.app.settings.smtp_sender_rate_limit
-        if not limit:
-            return False
+    def _sender_throttled(self, sender: str) -> bool:
+        """Known to be over the limit for the current window (no database read: the
+        authoritative count is taken in the commit, which refuses at DATA)."""
+        until = self._throttled_until.get(sender.lower())
+        return until is not None and self.app.clock.now_ms() < until
+
+    def _remember_throttled(self, sender: str) -> None:
+        window = self.app.settings.smtp_sender_rate_window_seconds * 1000
         start = accept.window_start(self.app, self.app.clock.now_ms())
-        with self.app.db.read() as tx:
-            return inbound_rows.sender_count(tx, sender.lower(), start) >= limit
+        if len(self._throttled_until) > 10_000:
+            self._throttled_until.clear()
+        self._throttled_until[sender.lower()] = start + window
 
     def _route(self, address: str) -> Route | Refusal:
         with self.app.db.read() as tx:
@@ -186,7 +191,7 @@ class InboundHandler:
     async def handle_MAIL(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
     ) -> str:
-        if await self._blocking(self._sender_over_limit, address):
+        if self._sender_throttled(address):
             self.stats.throttled += 1
             return self._count("451 4.7.1 Too many messages from this sender; try again later")
         envelope.mail_from = address
@@ -245,6 +250,7 @@ class InboundHandler:
             return self._count("451 4.3.0 Temporary failure storing the message; try again")
         if submission.throttled:
             self.stats.throttled += 1
+            self._remember_throttled(submission.sender)
             await self._blocking(accept.remove_blobs, self.app, submission)
             return self._count("451 4.7.1 Too many messages from this sender; try again later")
         self.stats.accepted += 1

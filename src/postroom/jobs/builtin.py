@@ -7,19 +7,22 @@ import logging
 from postroom.config import Settings
 from postroom.jobs.handlers import HandlerRegistry, JobContext
 from postroom.jobs.schedules import Schedule
+from postroom.store import inbound as inbound_rows
 from postroom.store import maintenance
 
 log = logging.getLogger("postroom.jobs")
 
 HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
 
 
 def run_maintenance(ctx: JobContext) -> None:
-    """Hourly: drop expired idempotency records and verification codes."""
+    """Hourly: drop expired idempotency records, verification codes and throttle windows."""
     now = ctx.app.clock.now_ms()
     with ctx.app.db.write() as tx:
         records = maintenance.purge_expired_idempotency_records(tx, now)
         codes = maintenance.purge_expired_verifications(tx, now)
+        inbound_rows.purge_sender_windows(tx, now - DAY_MS)
     with ctx.app.db.write() as tx:
         maintenance.optimize(tx)
     log.info("maintenance: purged %d idempotency records, %d codes", records, codes)
@@ -31,7 +34,10 @@ def default_schedules() -> list[Schedule]:
 
 def default_registry(settings: Settings) -> HandlerRegistry:
     """Built-in handlers plus those of the modules named in worker.handler_modules."""
+    from postroom.inbound.ingest import INGEST_JOB, handle_ingest
+
     registry = HandlerRegistry()
+    registry.register(INGEST_JOB, handle_ingest)
     registry.register("maintenance.run", run_maintenance)
     for module_name in settings.worker_handler_modules:
         registry.load_module(module_name)
