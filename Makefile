@@ -41,7 +41,7 @@ pytest: $(VENV)/.dev
 	$(BIN)/pytest -q
 
 bench: $(VENV)/.dev
-	$(BIN)/python bench/jobs.py
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -161,6 +161,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--messages", type=int, default=3000)
     parser.add_argument("--connections", default="1,8,32")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="smtp.processes for Postroom (default: one per CPU)",
+    )
     args = parser.parse_args()
     levels = [int(c) for c in args.connections.split(",")]
     rows: list[dict[str, Any]] = []
@@ -173,6 +179,7 @@ def main() -> None:
             POSTROOM_DATA_DIR=str(work / "data"),
             POSTROOM_SMTP_LISTEN=f"127.0.0.1:{port}",
             POSTROOM_SMTP_SENDER_RATE_LIMIT="0",
+            POSTROOM_SMTP_PROCESSES=str(args.processes),
             POSTROOM_LOG_LEVEL="error",
         )
         postroom = [sys.executable, "-m", "postroom"]
@@ -194,7 +201,7 @@ def main() -> None:
         try:
             for connections in levels:
                 ours = _run_client(port, "bench@localhost", data, connections)
-                ours["server"] = "postroom (sqlite, durable)"
+                ours["server"] = f"postroom (sqlite, durable, {args.processes} proc)"
                 baseline = _run_client(bare_port, "bench@localhost", data, connections)
                 baseline["server"] = "bare aiosmtpd (discards)"
                 rows += [ours, baseline]

@@ -357,6 +357,14 @@ class Settings:
         "Length of the per-sender throttle window.",
         default=60,
     )
+    smtp_processes: int = setting(
+        "smtp.processes",
+        _int_parser(1, 64),
+        "integer",
+        "SMTP server processes sharing smtp.listen (SO_REUSEPORT; Linux). One event loop "
+        "uses one core: raise this to receive on more cores.",
+        default=1,
+    )
     smtp_timeout_seconds: int = setting(
         "smtp.timeout_seconds",
         _int_parser(5, 3600),

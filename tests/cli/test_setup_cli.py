@@ -248,6 +248,52 @@ def test_serve_runs_until_sigterm(home: Path) -> None:
         proc.communicate()
 
 
+def test_serve_with_several_smtp_processes(home: Path) -> None:
+    env = _base_env(POSTROOM_SMTP_LISTEN="127.0.0.1:0", POSTROOM_SMTP_PROCESSES="3")
+    assert run(["init"], env, home).returncode == 0
+    assert run(["identity", "create", "bob"], env, home).returncode == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "postroom", "serve", "--only", "smtp"],
+        env=env,
+        cwd=home,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        seen = ""
+        while "Press Ctrl-C" not in seen:
+            seen += proc.stdout.readline()
+        assert "; 3 processes" in seen
+        port = int(seen.split("listening on 127.0.0.1:")[1].split(";")[0])
+        children = _children(proc.pid)
+        assert len(children) == 2
+        # Connections spread over the processes; every message is accepted.
+        for n in range(12):
+            with smtplib.SMTP("127.0.0.1", port) as client:
+                assert (
+                    client.sendmail(
+                        "a@example.org", ["bob@localhost"], b"Subject: %d\r\n\r\nx\r\n" % n
+                    )
+                    == {}
+                )
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert all(not Path(f"/proc/{pid}").exists() for pid in children)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    with sqlite3.connect(home / "postroom-data" / "postroom.db") as conn:
+        assert conn.execute("SELECT count(*) FROM inbound_queue").fetchone()[0] == 12
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
 def test_serve_says_when_the_smtp_port_is_taken(home: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 
@@ -49,6 +51,41 @@ def _build_worker(app: App, concurrency: int | None, types: tuple[str, ...]) -> 
     )
 
 
+def _start_smtp_children(
+    config_path: str | None, port: int, count: int
+) -> list[subprocess.Popen[bytes]]:
+    """Extra SMTP processes on the same port (SO_REUSEPORT): one event loop per core."""
+    args = [sys.executable, "-m", "postroom"]
+    if config_path:
+        args += ["--config", config_path]
+    return [
+        subprocess.Popen([*args, "serve", "--only", "smtp", "--smtp-port", str(port)])
+        for _ in range(count)
+    ]
+
+
+def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
+    for child in children:
+        child.terminate()
+    for child in children:
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
+def _serve_smtp_child(app: App, port: int) -> None:
+    from postroom.inbound.smtp import SMTPServer
+
+    smtp = SMTPServer(app, port=port, reuse_port=True)
+    try:
+        smtp.start()
+        _wait_for_signal(threading.Event())
+    finally:
+        smtp.stop()
+        app.close()
+
+
 @click.command()
 @click.option(
     "--only",
@@ -56,11 +93,16 @@ def _build_worker(app: App, concurrency: int | None, types: tuple[str, ...]) -> 
     default=None,
     help="Run one part only (scale each part as its own process).",
 )
+@click.option("--smtp-port", "smtp_port", type=int, default=None, hidden=True)
 @click.pass_context
-def serve(ctx: click.Context, only: str | None) -> None:
+def serve(ctx: click.Context, only: str | None, smtp_port: int | None) -> None:
     """Run Postroom: every part that exists in this build, in one process."""
     cli_state = state(ctx)
     settings = cli_state.settings
+    if smtp_port is not None:
+        # One of the extra SMTP processes of smtp.processes (started by serve itself).
+        _serve_smtp_child(cli_state.app(), smtp_port)
+        return
     wanted = [only] if only else [name for name, what in PARTS.items() if what]
     missing = [name for name in wanted if PARTS[name] is None]
     if missing:
@@ -76,7 +118,8 @@ def serve(ctx: click.Context, only: str | None) -> None:
         if "smtp" in wanted:
             from postroom.inbound.smtp import SMTPServer
 
-            smtp = SMTPServer(app)
+            processes = settings.smtp_processes
+            smtp = SMTPServer(app, reuse_port=processes > 1)
             try:
                 smtp.start()
             except OSError as exc:
@@ -85,8 +128,11 @@ def serve(ctx: click.Context, only: str | None) -> None:
                     f"{exc.strerror or exc}"
                 ) from None
             stoppers.append(smtp.stop)
+            children = _start_smtp_children(cli_state.config_path, smtp.port, processes - 1)
+            stoppers.append(lambda: _stop_children(children))
             tls = " (STARTTLS)" if settings.smtp_tls_cert_file else ""
-            console.print(f"  smtp         listening on {smtp.host}:{smtp.port}{tls}")
+            extra = f"; {processes} processes" if processes > 1 else ""
+            console.print(f"  smtp         listening on {smtp.host}:{smtp.port}{tls}{extra}")
         if "worker" in wanted:
             worker = _build_worker(app, None, ())
             worker.start()

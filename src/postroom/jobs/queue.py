@@ -141,15 +141,18 @@ class JobQueue:
             raise InvalidInput(
                 f"job payload is over {MAX_PAYLOAD_BYTES} bytes: carry references, not content"
             )
-        existing = job_rows.find_by_key(tx, job_type, idempotency_key)
-        if existing is not None:
-            return existing
         if not self._depth_allows(tx, job_type):
+            # At the bound, work already queued is still answered with its job.
+            existing = job_rows.find_by_key(tx, job_type, idempotency_key)
+            if existing is not None:
+                return existing
             raise QueueFull(
                 f"the {job_type} queue holds {self.policy.max_queue_depth} pending jobs "
                 "(jobs.max_queue_depth); try again later"
             )
         now = self.clock.now_ms()
+        # Insert first: a new execution (the common case) costs one statement, and the
+        # unique (type, key) index answers an existing one.
         job = job_rows.insert(
             tx,
             job_id=new_id("job"),
@@ -162,7 +165,7 @@ class JobQueue:
             now=now,
         )
         if job is None:
-            # Lost a race with an identical enqueue; the winner's row answers.
+            # Already enqueued (in any state), or an identical enqueue won a race.
             job = job_rows.find_by_key(tx, job_type, idempotency_key)
             assert job is not None
         return job

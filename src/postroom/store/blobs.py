@@ -25,6 +25,7 @@ import ctypes
 import os
 import re
 import secrets
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable
@@ -120,41 +121,57 @@ class FilesystemBlobStore:
     def _path(self, key: str) -> Path:
         path = self.root / check_key(key)
         # Keys cannot name "..", so only a symlink inside the root could lead out of it.
-        # Folders already checked are remembered; a component that does not exist yet
-        # will be created by this store and is no symlink.
+        # Folders already checked are remembered; below the first folder that does not
+        # exist yet, nothing exists, and what this store creates there is no symlink.
         folder = path.parent
         unchecked: list[Path] = []
         while folder != self.root and str(folder) not in self._checked:
             unchecked.append(folder)
             folder = folder.parent
-        for candidate in unchecked:
-            if candidate.is_symlink() or (
-                candidate.exists() and not candidate.resolve().is_relative_to(self.root)
-            ):
+        for candidate in reversed(unchecked):
+            try:
+                info = os.lstat(candidate)
+            except FileNotFoundError:
+                return path
+            if stat.S_ISLNK(info.st_mode):
                 raise BlobError(f"blob key {key[:80]!r} resolves outside the blob store")
-        for candidate in unchecked:
-            if candidate.is_dir():
-                if len(self._checked) > 100_000:
-                    self._checked.clear()
-                self._checked.add(str(candidate))
-        if path.is_symlink():
+            if not stat.S_ISDIR(info.st_mode):
+                raise BlobError(f"blob key {key[:80]!r} does not lead to a folder in the store")
+            if len(self._checked) > 100_000:
+                self._checked.clear()
+            self._checked.add(str(candidate))
+        if os.path.islink(path):
             raise BlobError(f"blob key {key[:80]!r} resolves outside the blob store")
         return path
 
     def _make_parents(self, folder: Path, *, durable: bool = True) -> list[Path]:
+        """Create ``folder`` and missing ancestors; returns the folders created."""
         missing: list[Path] = []
         probe = folder
-        while not probe.exists():
+        while True:
+            try:
+                os.mkdir(probe, 0o700)
+            except FileExistsError:
+                break
+            except FileNotFoundError:
+                missing.append(probe)
+                probe = probe.parent
+                continue
             missing.append(probe)
-            probe = probe.parent
-        if not missing:
-            return []
-        folder.mkdir(parents=True, exist_ok=True)
+            break
+        created: list[Path] = []
+        for path in reversed(missing):
+            if path != probe:
+                try:
+                    os.mkdir(path, 0o700)
+                except FileExistsError:
+                    continue
+            created.append(path)
         if durable:
             # Make each new directory entry durable: fsync the folder that gained it.
-            for created in reversed(missing):
-                _fsync_dir(created.parent)
-        return missing
+            for path in created:
+                _fsync_dir(path.parent)
+        return created
 
     def _write_atomically(self, path: Path, chunks: Iterable[bytes], *, durable: bool) -> int:
         tmp = path.with_name(f"{_TMP_PREFIX}{secrets.token_hex(8)}")
@@ -180,8 +197,8 @@ class FilesystemBlobStore:
         self.put_chunks(key, (data,))
 
     def put_chunks(self, key: str, chunks: Iterable[bytes]) -> int:
-        path = self._path(key)
         try:
+            path = self._path(key)
             self._make_parents(path.parent)
             size = self._write_atomically(path, chunks, durable=True)
             _fsync_dir(path.parent)
@@ -191,8 +208,8 @@ class FilesystemBlobStore:
 
     def put_unsynced(self, key: str, data: bytes) -> None:
         """Write atomically without waiting for the disk; ``sync`` makes it durable."""
-        path = self._path(key)
         try:
+            path = self._path(key)
             created = self._make_parents(path.parent, durable=False)
             self._write_atomically(path, (data,), durable=False)
         except OSError as exc:

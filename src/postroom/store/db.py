@@ -122,8 +122,15 @@ class Database(Protocol):
     def close(self) -> None: ...
 
 
-def in_clause(values: Sequence[Any]) -> str:
-    """``(%s, %s, ...)`` for a non-empty list of parameters."""
+def member_of(tx: Tx, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+    """``column`` is one of ``values``: the SQL and its parameters.
+
+    PostgreSQL gets ``column = ANY(%s)`` with one array parameter, so the statement text
+    is the same whatever the number of values and its plan is prepared once (planning
+    an IN list of a new length cost more than executing it); SQLite gets ``IN (...)``.
+    """
     if not values:
-        raise ValueError("in_clause needs at least one value")
-    return "(" + ", ".join(["%s"] * len(values)) + ")"
+        raise ValueError("member_of needs at least one value")
+    if tx.engine is Engine.POSTGRESQL:
+        return f"{column} = ANY(%s)", [list(values)]
+    return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)

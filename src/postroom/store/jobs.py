@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from postroom.store.db import Engine, Row, Tx, in_clause
+from postroom.store.db import Engine, Row, Tx, member_of
 
 STATES = ("pending", "claimed", "succeeded", "dead_lettered", "dropped")
 
@@ -129,18 +129,19 @@ def insert(
 def claim(tx: Tx, job_types: list[str], owner: str, now: int, lease_ms: int) -> Job | None:
     """Claim the oldest due job of the given types, in one statement."""
     lock = " FOR UPDATE SKIP LOCKED" if tx.engine is Engine.POSTGRESQL else ""
+    among, types = member_of(tx, "job_type", job_types)
     sql = (
         "UPDATE jobs SET state = 'claimed', lease_owner = %s, lease_expires_at = %s,"
         " attempt_count = attempt_count + 1, state_changed_at = %s"
         " WHERE id = (SELECT id FROM jobs"
-        f"  WHERE job_type IN {in_clause(job_types)}"
+        f"  WHERE {among}"
         "   AND state IN ('pending', 'claimed')"
         "   AND ((state = 'pending' AND available_at <= %s)"
         "     OR (state = 'claimed' AND lease_expires_at <= %s))"
         f"  ORDER BY available_at, id LIMIT 1{lock})"
         " RETURNING *"
     )
-    row = tx.fetchone(sql, (owner, now + lease_ms, now, *job_types, now, now))
+    row = tx.fetchone(sql, (owner, now + lease_ms, now, *types, now, now))
     return None if row is None else Job.from_row(row)
 
 

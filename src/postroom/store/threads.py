@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from postroom.store.db import Engine, Row, Tx, in_clause
+from postroom.store.db import Engine, Row, Tx, member_of
 
 __all__ = [
     "MAX_CHAIN",
@@ -140,10 +140,10 @@ def lock(tx: Tx, identity_id: str, thread_ids: Iterable[str]) -> list[Thread]:
     ids = sorted(set(thread_ids))
     if not ids:
         return []
+    among, params = member_of(tx, "id", ids)
     rows = tx.fetchall(
-        f"SELECT * FROM threads WHERE identity_id = %s AND id IN {in_clause(ids)}"
-        f" ORDER BY id{_lock_clause(tx)}",
-        (identity_id, *ids),
+        f"SELECT * FROM threads WHERE identity_id = %s AND {among} ORDER BY id{_lock_clause(tx)}",
+        (identity_id, *params),
     )
     return [Thread.from_row(r) for r in rows]
 
@@ -339,10 +339,11 @@ def lookup_identifiers(tx: Tx, identity_id: str, hashes: Sequence[str]) -> dict[
     """identifier hash → thread id, for the hashes the identity has rows for."""
     if not hashes:
         return {}
+    among, params = member_of(tx, "identifier_hash", hashes)
     rows = tx.fetchall(
-        "SELECT identifier_hash, thread_id FROM thread_identifiers"
-        f" WHERE identity_id = %s AND identifier_hash IN {in_clause(hashes)}",
-        (identity_id, *hashes),
+        f"SELECT identifier_hash, thread_id FROM thread_identifiers"
+        f" WHERE identity_id = %s AND {among}",
+        (identity_id, *params),
     )
     return {r["identifier_hash"]: r["thread_id"] for r in rows}
 
@@ -385,11 +386,12 @@ def first_stored(
     ids = list(dict.fromkeys(rfc_message_ids))
     if not ids:
         return {}
+    among, params = member_of(tx, "rfc_message_id", ids)
     rows = tx.fetchall(
         "SELECT rfc_message_id, min(rowid) AS rowid FROM messages"
-        f" WHERE identity_id = %s AND rfc_message_id IN {in_clause(ids)}"
+        f" WHERE identity_id = %s AND {among}"
         " AND rowid <> %s GROUP BY rfc_message_id",
-        (identity_id, *ids, -1 if exclude_rowid is None else exclude_rowid),
+        (identity_id, *params, -1 if exclude_rowid is None else exclude_rowid),
     )
     return {r["rfc_message_id"]: int(r["rowid"]) for r in rows}
 
