@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from postroom.testing.corpora import corpus_path
+
 RESULTS = Path(__file__).parent / "results"
-DEFAULT_CORPUS = (
-    Path(__file__).parents[2] / "shared" / "corpora" / "lore-bluetooth-10k.maildir.tar.xz"
-)
+DEFAULT_CORPUS = corpus_path("lore-bluetooth-10k.maildir.tar.xz")
 DEFAULT_PG = os.environ.get("POSTROOM_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 

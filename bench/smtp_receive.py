@@ -28,8 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from postroom.testing.corpora import corpus_path
+
 RESULTS = Path(__file__).parent / "results"
-CORPUS = Path(__file__).parents[2] / "shared" / "corpora" / "lore-bluetooth-10k.maildir.tar.xz"
+CORPUS = corpus_path("lore-bluetooth-10k.maildir.tar.xz")
 
 BARE_SERVER = """
 import asyncio, sys

@@ -31,10 +31,9 @@ from postroom.mail.message import Mailbox as Address
 from postroom.mail.message import ParsedMessage
 from postroom.store import threads as thread_rows
 from postroom.store.db import Database
+from postroom.testing.corpora import corpus_path
 
-# ../shared/corpora beside the repository (CI lays shared/ there too).
-CORPORA = Path(__file__).resolve().parents[2].parent / "shared" / "corpora"
-NOTMUCH = CORPORA / "threading-notmuch" / "test" / "corpora"
+NOTMUCH = corpus_path("threading-notmuch", "test", "corpora")
 
 _ID_RE = re.compile(r"<([^<>\s]+)>")
 _SPACE_RE = re.compile(r"\s+")

@@ -35,10 +35,10 @@ from postroom.mail.attachments import sanitize_filename
 from postroom.mail.html import process_html
 from postroom.mail.message import ParsedMessage
 from postroom.mail.parse import parse_message
+from postroom.testing.corpora import corpus_path
 
-CORPORA = Path(__file__).parents[3] / "shared" / "corpora"
-MIME_EXPECTED = CORPORA / "mime-expected" / "resources" / "eml"
-LORE = CORPORA / "lore-bluetooth-10k.maildir.tar.xz"
+MIME_EXPECTED = corpus_path("mime-expected", "resources", "eml")
+LORE = corpus_path("lore-bluetooth-10k.maildir.tar.xz")
 
 # Messages where Postroom deliberately reads the structure differently from the
 # reference; each reason is in docs/parsing.md. Structure-aware splitting (an enclosing
@@ -158,7 +158,10 @@ def _cpython_data() -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file())
 
 
-needs_corpus = pytest.mark.skipif(not MIME_EXPECTED.is_dir(), reason="shared corpora absent")
+needs_corpus = pytest.mark.skipif(
+    not MIME_EXPECTED.is_dir(),
+    reason=f"shared corpora absent (looked for {MIME_EXPECTED}; set POSTROOM_CORPORA)",
+)
 
 
 @needs_corpus
