@@ -1,9 +1,7 @@
 """Test-side stand-ins for what threading tests need from the rest of the pipeline.
 
-* :func:`parse_headers` builds a :class:`ParsedMessage` from raw bytes with the stdlib
-  ``email`` package (``policy.compat32``), reading only Message-ID, In-Reply-To,
-  References, Subject, Date and the From/To/Cc addresses. It stands in for the real
-  parser (``postroom.mail.parse``) until that is ready; swap it out then.
+* :func:`parse_headers` is the real parser (``postroom.mail.parse``), so the corpus
+  expectations check parsing and threading together.
 * :class:`Mailbox` does what ingest does around threading: ``place_message``, a minimal
   ``messages`` row with the placement's thread and parent, ``record_in_thread`` — one
   transaction per message — and reads the result back by RFC Message-ID.
@@ -11,15 +9,9 @@
 
 from __future__ import annotations
 
-import email
-import email.header
-import email.utils
-import hashlib
 import json
-import re
 from collections import defaultdict
-from dataclasses import dataclass, replace
-from email import policy
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +21,13 @@ from postroom.ids import new_id
 from postroom.inbound.threading import ThreadPlacement, place_message, record_in_thread
 from postroom.mail.message import Mailbox as Address
 from postroom.mail.message import ParsedMessage
+from postroom.mail.parse import parse_message
 from postroom.store import threads as thread_rows
 from postroom.store.db import Database
 from postroom.testing.corpora import corpus_path
 
 NOTMUCH = corpus_path("threading-notmuch", "test", "corpora")
 
-_ID_RE = re.compile(r"<([^<>\s]+)>")
-_SPACE_RE = re.compile(r"\s+")
 DAY_MS = 24 * 3_600_000
 
 
@@ -82,57 +73,9 @@ def parsed(
     )
 
 
-def _ids(value: Any) -> list[str]:
-    return _ID_RE.findall(str(value)) if value is not None else []
-
-
-def _subject(value: Any) -> str | None:
-    if value is None:
-        return None
-    try:
-        text = str(email.header.make_header(email.header.decode_header(str(value))))
-    except (ValueError, LookupError, UnicodeError):
-        text = str(value)
-    return _SPACE_RE.sub(" ", text).strip()
-
-
-def _addresses(values: list[Any]) -> tuple[Address, ...]:
-    found = []
-    for name, address in email.utils.getaddresses([str(v) for v in values]):
-        if "@" in address:
-            found.append(Address(address.lower(), name or None))
-    return tuple(found)
-
-
 def parse_headers(raw: bytes) -> ParsedMessage:
-    """The threading-relevant headers of a raw message (see the module docstring)."""
-    msg = email.message_from_bytes(raw, policy=policy.compat32)
-    own = _ids(msg.get("Message-ID"))
-    synthetic = not own
-    message_id = own[0] if own else hashlib.sha256(raw).hexdigest() + "@synthetic.invalid"
-    in_reply_to = _ids(msg.get("In-Reply-To"))
-    references = [i for v in msg.get_all("References") or [] for i in _ids(v)]
-    sent_at: int | None = None
-    if msg.get("Date") is not None:
-        try:
-            sent_at = int(email.utils.parsedate_to_datetime(str(msg["Date"])).timestamp() * 1000)
-        except (TypeError, ValueError, IndexError):
-            sent_at = None
-    senders = _addresses(msg.get_all("From") or [])
-    base = parsed(
-        message_id,
-        in_reply_to=in_reply_to[0] if in_reply_to else None,
-        references=tuple(references[-64:]),
-        subject=_subject(msg.get("Subject")),
-        sent_at=sent_at,
-        synthetic=synthetic,
-    )
-    return replace(
-        base,
-        from_=senders[0] if senders else None,
-        to=_addresses(msg.get_all("To") or []),
-        cc=_addresses(msg.get_all("Cc") or []),
-    )
+    """The message as ingestion sees it: the real parser."""
+    return parse_message(raw)
 
 
 def parse_file(path: Path) -> ParsedMessage:
