@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -143,3 +145,38 @@ def test_the_import_command(app: Any, maildir: Path, settings: Any) -> None:
     )
     assert missing.returncode == 1
     assert missing.stderr.strip().count("\n") == 0 and "does not exist" in missing.stderr
+
+
+def test_an_interrupted_import_continues_where_it_stopped(
+    app: Any, tmp_path: Path, settings: Any
+) -> None:
+    root = tmp_path / "Big"
+    (root / "cur").mkdir(parents=True)
+    for n in range(1500):
+        (root / "cur" / f"{1561980409 + n}.m{n}.host:2,S").write_bytes(
+            _message(n, b"x" * 2000 + b"\r\n")
+        )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POSTROOM_")}
+    env.update(
+        POSTROOM_DATA_DIR=str(settings.data_dir), POSTROOM_DATABASE_URL=settings.database_url
+    )
+    args = [sys.executable, "-m", "postroom", "import", str(root), "--to", "archive@localhost"]
+    proc = subprocess.Popen([*args, "--json"], env=env, stdout=subprocess.PIPE, text=True)
+    # Interrupt once the first batches are committed.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(_rows(app)) < 200:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    first = json.loads(out)
+    assert first["interrupted"] is True
+    stored = len(_rows(app))
+    assert 200 <= stored < 1500
+    assert first["imported"] == stored
+    again = subprocess.run([*args, "--json"], env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    second = json.loads(again.stdout)
+    assert second["duplicates"] == stored
+    assert second["imported"] == 1500 - stored
+    assert len(_rows(app)) == 1500
