@@ -44,16 +44,13 @@ LORE = corpus_path("lore-bluetooth-10k.maildir.tar.xz")
 # reference; each reason is in docs/parsing.md. Structure-aware splitting (an enclosing
 # boundary ends an unclosed inner multipart) is also what CPython's compat32 does.
 KNOWN_DIFFERENCES = {
-    "malformed/005.eml": "a line that is both the outer close and an inner delimiter",
-    "malformed/007.eml": "the reference adds an empty attachment after the close",
+    "malformed/007.eml": "the reference reads '--ab--' as boundary 'a' and skips a non-field",
     "malformed/009.eml": "an enclosing boundary ends an unclosed inner multipart",
     "malformed/011.eml": "an enclosing boundary ends an unclosed inner multipart",
     "malformed/012.eml": "an enclosing boundary ends an unclosed inner multipart",
-    "malformed/016.eml": "boundaries that are prefixes of each other, unclosed",
+    "malformed/016.eml": "boundaries that are prefixes of each other: no prefix match",
     "malformed/017.eml": "Postroom reads the filename of 'Content-Disposition: ;'",
-    "malformed/019.eml": "fuzzed headers and boundaries of mixed case",
-    "malformed/020.eml": "two Content-Type fields: the first counts, as in compat32",
-    "malformed/021.eml": "two Content-Type fields: the first counts, as in compat32",
+    "malformed/019.eml": "fuzzed headers: the reference drops a body line that is no field",
     "thirdparty/015.eml": "an attached message's unclosed multipart ends at the outer boundary",
 }
 
@@ -205,7 +202,7 @@ def test_mime_expected_agrees_with_the_reference_parser() -> None:
         1 for p in well_formed if str(p.relative_to(MIME_EXPECTED)) not in differing
     )
     assert well_formed_matched / len(well_formed) >= 0.95
-    assert matched / len(messages) >= 0.89
+    assert matched / len(messages) >= 0.925  # 99 of 107
 
 
 def _lore_messages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[bytes]:

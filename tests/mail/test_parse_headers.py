@@ -141,6 +141,17 @@ def test_header_section_edges() -> None:
     assert raw[body:].startswith(b"not a header line")
 
 
+def test_first_and_last_instance_of_a_field() -> None:
+    raw = (
+        b"Subject: one\r\nContent-Type: text/html\r\n"
+        b"Subject: two\r\nContent-Type: text/plain\r\n\r\n"
+    )
+    headers, _ = parse_header_block(raw, 0, len(raw))
+    assert (headers.get("subject"), headers.get_last("subject")) == ("one", "two")
+    assert headers.get_last("content-type") == "text/plain"
+    assert headers.get_last("content-id") is None
+
+
 # Identifiers and bounds (seed 003) -------------------------------------------------------
 
 

@@ -69,6 +69,129 @@ def test_a_longer_boundary_is_not_this_one() -> None:
     assert parse_message(raw).text == "--ab is not a delimiter"
 
 
+def test_an_enclosing_delimiter_ends_an_unclosed_inner_multipart() -> None:
+    raw = (
+        b"Content-Type: multipart/mixed; boundary=1\r\n\r\n--1\r\n"
+        b"Content-Type: multipart/mixed; boundary=2\r\n\r\n"
+        b"--2\r\nContent-Type: text/plain\r\n\r\none\r\n"
+        b"--1\r\nContent-Type: text/plain\r\n\r\ntwo\r\n--1--\r\n"
+    )
+    assert _paths(raw) == [
+        ("", "multipart/mixed"),
+        ("1", "multipart/mixed"),
+        ("1.1", "text/plain"),
+        ("2", "text/plain"),
+    ]
+    parsed = parse_message(raw)
+    assert parsed.text == "one\ntwo"
+    assert parsed.attachments == ()
+
+
+def test_a_line_that_closes_the_outer_and_delimits_the_inner_is_the_inner_ones() -> None:
+    # "--b----" is both the close of "b--" and of "b"; "--b--" both a delimiter of "b--"
+    # and the close of "b". The innermost open multipart reads them first.
+    raw = (
+        b'Content-Type: multipart/mixed; boundary="b"\r\n\r\n--b\r\n'
+        b'Content-Type: multipart/alternative; boundary="b--"\r\n\r\n'
+        b"--b--\r\nContent-Type: text/plain\r\n\r\nplain\r\n"
+        b"--b--\r\nContent-Type: text/html\r\n\r\n<p>html</p>\r\n--b----\r\n"
+        b"--b\r\nContent-Type: image/png\r\n\r\npng\r\n--b--\r\n"
+    )
+    assert _paths(raw) == [
+        ("", "multipart/mixed"),
+        ("1", "multipart/alternative"),
+        ("1.1", "text/plain"),
+        ("1.2", "text/html"),
+        ("2", "image/png"),
+    ]
+    parsed = parse_message(raw)
+    assert parsed.text == "plain"
+    assert parsed.html == "<p>html</p>"
+    assert [(a.part_path, a.content_type, a.size) for a in parsed.attachments] == [
+        ("2", "image/png", 3)
+    ]
+    assert "parse_degraded" not in parsed.flags
+
+
+def test_nested_multiparts_with_the_same_boundary_keep_their_structure() -> None:
+    # Outlook Express for Mac did this (CPython's msg_15.txt): the inner multipart reads
+    # the shared delimiter lines up to its own close, then the outer one reads on.
+    raw = (
+        b"Content-Type: multipart/mixed; boundary=S\r\n\r\n--S\r\n"
+        b"Content-Type: multipart/alternative; boundary=S\r\n\r\n"
+        b"--S\r\nContent-Type: text/plain\r\n\r\nplain\r\n"
+        b"--S\r\nContent-Type: text/html\r\n\r\n<p>html</p>\r\n--S--\r\n"
+        b"--S\r\nContent-Type: image/gif\r\nContent-Disposition: attachment; filename=a.gif\r\n"
+        b"\r\nGIF89a\r\n--S--\r\n"
+    )
+    assert _paths(raw) == [
+        ("", "multipart/mixed"),
+        ("1", "multipart/alternative"),
+        ("1.1", "text/plain"),
+        ("1.2", "text/html"),
+        ("2", "image/gif"),
+    ]
+    parsed = parse_message(raw)
+    assert parsed.text == "plain"
+    assert parsed.html == "<p>html</p>"
+    assert [(a.part_path, a.filename, a.size) for a in parsed.attachments] == [("2", "a.gif", 6)]
+    assert "parse_degraded" not in parsed.flags
+
+
+def test_the_last_of_two_content_type_fields_counts() -> None:
+    raw = (
+        b"Content-Type: multipart/related; boundary=r\r\n\r\n--r\r\n"
+        b"Content-Type: multipart/alternative; boundary=a\r\n"
+        b"Content-Type: text/plain; charset=utf-8\r\n\r\n"
+        b"caf\xc3\xa9\r\n\r\n--a\r\nContent-Type: text/html\r\n\r\n<p>x</p>\r\n--a--\r\n"
+        b"--r--\r\n"
+    )
+    assert _paths(raw) == [("", "multipart/related"), ("1", "text/plain")]
+    parsed = parse_message(raw)
+    assert parsed.text == "café\n\n--a\nContent-Type: text/html\n\n<p>x</p>\n--a--"
+    assert parsed.attachments == ()
+
+
+def test_the_last_transfer_encoding_and_disposition_count() -> None:
+    raw = (
+        b"Content-Type: multipart/mixed; boundary=m\r\n\r\n"
+        b"--m\r\nContent-Type: text/plain\r\n\r\nbody\r\n"
+        b"--m\r\nContent-Type: application/octet-stream\r\n"
+        b"Content-Transfer-Encoding: 7bit\r\n"
+        b"Content-Disposition: inline; filename=first.txt\r\n"
+        b"Content-Transfer-Encoding: base64\r\n"
+        b"Content-Disposition: attachment; filename=last.bin\r\n"
+        b"\r\naGVsbG8=\r\n--m--\r\n"
+    )
+    parsed = parse_message(raw)
+    assert parsed.text == "body"
+    (attachment,) = parsed.attachments
+    assert (attachment.filename, attachment.disposition, attachment.size) == (
+        "last.bin",
+        "attachment",
+        5,
+    )
+
+
+def test_multipart_without_delimiter_ended_by_an_enclosing_one_is_kept() -> None:
+    # Its content is not text whether the message runs on after it or not.
+    raw = (
+        b"Content-Type: multipart/mixed; boundary=a\r\n\r\n"
+        b"--a\r\nContent-Type: text/plain\r\n\r\nbody\r\n"
+        b"--a\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n"
+        b"--b\r\nContent-Type: multipart/alternative; boundary=c\r\n\r\npreamble only\r\n"
+        b"--a--\r\n"
+    )
+    parsed = parse_message(raw)
+    assert parsed.text == "body"
+    (attachment,) = parsed.attachments
+    assert (attachment.part_path, attachment.content_type, attachment.size) == (
+        "2.1",
+        "text/plain",
+        len(b"preamble only"),
+    )
+
+
 def test_missing_close_delimiter_keeps_the_content_as_an_attachment() -> None:
     raw = (
         b"Message-ID: <m@x>\r\nContent-Type: multipart/mixed; boundary=a\r\n\r\n"

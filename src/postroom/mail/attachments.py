@@ -190,7 +190,7 @@ def sanitize_filename(name: str | None) -> str | None:
 def part_filename(part: MimePart) -> str | None:
     """The file name a part declares (Content-Disposition, then Content-Type name)."""
     raw: str | None = None
-    disposition = part.headers.get("content-disposition")
+    disposition = part.headers.get_last("content-disposition")
     if disposition and ";" in disposition:
         params = parse_params(disposition.split(";", 1)[1])
         raw = params.get("filename") or params.get("name")

@@ -55,7 +55,7 @@ def _is_media(content_type: str) -> bool:
 def _has_name(part: MimePart) -> bool:
     if "name" in part.params:
         return True
-    disposition = part.headers.get("content-disposition")
+    disposition = part.headers.get_last("content-disposition")
     return bool(disposition) and "filename" in (disposition or "").lower()
 
 

@@ -48,6 +48,12 @@ class Headers:
         values = self._by_name().get(name)
         return values[0] if values else None
 
+    def get_last(self, name: str) -> str | None:
+        """The last field of that name (lower case), or None. The MIME fields of an entity
+        are read this way: RFC 8621 gives a field's last instance as its value."""
+        values = self._by_name().get(name)
+        return values[-1] if values else None
+
     def get_all(self, name: str) -> list[str]:
         return self._by_name().get(name, [])
 

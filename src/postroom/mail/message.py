@@ -15,7 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-PARSER_VERSION = 1
+# Bumped whenever part paths can change (ADR 0006). 2: the innermost multipart takes a
+# delimiter line it shares with an enclosing one; the last Content-Type field counts.
+PARSER_VERSION = 2
 
 MAX_ADDRESS_OCTETS = 320
 MAX_MESSAGE_ID_OCTETS = 998

@@ -23,6 +23,7 @@ import binascii
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from postroom.mail.headers import (
     Headers,
@@ -98,12 +99,12 @@ class MimePart:
 
     @property
     def transfer_encoding(self) -> str:
-        value = self.headers.get("content-transfer-encoding")
+        value = self.headers.get_last("content-transfer-encoding")
         return value.strip().lower() if value else "7bit"
 
     @property
     def disposition(self) -> str | None:
-        value = self.headers.get("content-disposition")
+        value = self.headers.get_last("content-disposition")
         if not value:
             return None
         kind = value.split(";", 1)[0].strip().lower()
@@ -160,47 +161,124 @@ class _Context:
             self.reasons.append(reason)
 
 
-def _delimiters(
-    buf: bytes, start: int, end: int, boundary: bytes, ctx: _Context
-) -> tuple[list[tuple[int, int]], bool]:
-    """Delimiter lines of ``boundary`` in ``buf[start:end]``: (line start, next line start).
+class _Line(NamedTuple):
+    """A delimiter line: where it starts, the open multipart it belongs to (its level in
+    the stack of open multiparts), whether it is that multipart's close, and where the
+    next line starts."""
 
-    The second value says whether the close delimiter was found.
+    start: int
+    level: int
+    close: bool
+    after: int
+
+
+class _Scan:
+    """The delimiter lines of the multiparts open in one buffer, innermost first.
+
+    A line belongs to the innermost open multipart whose delimiter it is: a line that is
+    a delimiter of both an inner and an enclosing multipart (nested multiparts with the
+    same boundary, or boundaries ``b`` and ``b--``) is the inner one's, which then reads
+    on until its own close. A line that is only an enclosing multipart's delimiter ends
+    the inner ones, as in compat32. The next occurrence of each open boundary is
+    remembered, so that each is searched for once per stretch of the buffer.
     """
-    marker = b"\n--" + boundary
-    found: list[tuple[int, int]] = []
-    false_hits = 0
-    # ``line_start`` is where a candidate delimiter line begins; the first line of the
-    # body has no newline before it inside the range, so it is checked on its own.
-    line_start = start if buf.startswith(marker[1:], start) else -1
-    if line_start < 0:
-        hit = buf.find(marker, start, end)
-        line_start = hit + 1 if hit >= 0 else -1
-    while line_start >= 0:
-        after = line_start + len(marker) - 1
-        if buf.startswith(b"--", after, end):
-            found.append((line_start, end))
-            return found, True
-        if after < end and buf[after] in _BCHARS:
-            false_hits += 1
-            if false_hits > _MAX_FALSE_DELIMITERS:
-                ctx.degrade("boundary_scan")
-                return found, False
-        else:
+
+    __slots__ = (
+        "_dashes",
+        "_false",
+        "_from",
+        "_hit",
+        "_markers",
+        "buf",
+        "ctx",
+        "end",
+        "open_ended",
+        "stopped",
+    )
+
+    def __init__(self, buf: bytes, end: int, open_ended: bool, ctx: _Context) -> None:
+        self.buf = buf
+        self.end = end
+        # Whether reaching ``end`` means the message was cut short (False inside a part
+        # that a delimiter closes, decoded into a buffer of its own).
+        self.open_ended = open_ended
+        self.ctx = ctx
+        self.stopped = False
+        self._dashes: list[bytes] = []
+        self._markers: list[bytes] = []
+        self._from: list[int] = []
+        self._hit: list[int] = []
+        self._false: list[int] = []
+
+    def push(self, boundary: bytes) -> int:
+        self._dashes.append(b"--" + boundary)
+        self._markers.append(b"\n--" + boundary)
+        self._from.append(-1)
+        self._hit.append(-1)
+        self._false.append(0)
+        return len(self._dashes) - 1
+
+    def pop(self) -> None:
+        self._dashes.pop()
+        self._markers.pop()
+        self._from.pop()
+        self._hit.pop()
+        self._false.pop()
+
+    def _classify(self, start: int) -> _Line | None:
+        buf, end = self.buf, self.end
+        for level in range(len(self._dashes) - 1, -1, -1):
+            dashes = self._dashes[level]
+            if not buf.startswith(dashes, start):
+                continue
+            after = start + len(dashes)
+            close = buf.startswith(b"--", after, end)
+            if not close and after < end and buf[after] in _BCHARS:
+                continue  # a longer boundary, not this one
             newline = buf.find(b"\n", after, end)
-            found.append((line_start, newline + 1 if newline >= 0 else end))
-            if len(found) > MAX_PARTS + 1:
-                return found, False
-        hit = buf.find(marker, after, end)
-        line_start = hit + 1 if hit >= 0 else -1
-    # A close delimiter that lost its line break ("...text--boundary--" at the very end)
-    # still closes: the alternative is to read the rest as a part of unknown extent.
-    close = b"--" + boundary + b"--"
-    tail = buf.rfind(close, found[-1][1] if found else start, end)
-    if found and tail >= 0 and not buf[tail + len(close) : end].strip():
-        found.append((tail, end))
-        return found, True
-    return found, False
+            return _Line(start, level, close, newline + 1 if newline >= 0 else end)
+        return None
+
+    def next_line(self, position: int, limit: int) -> _Line | None:
+        """The first delimiter line of an open multipart that starts in ``[position,
+        limit)``; ``position`` is the start of a line."""
+        levels = len(self._markers)
+        if not levels or self.stopped or position >= limit:
+            return None
+        buf = self.buf
+        if position > 0 and buf[position - 1] == 0x0A:
+            search = position - 1
+        else:
+            # No line break before the first line of the range: look at it on its own.
+            line = self._classify(position)
+            if line is not None:
+                return line
+            search = position
+        markers, searched, hits, end = self._markers, self._from, self._hit, self.end
+        while True:
+            hit = -1
+            for level in range(levels):
+                # The remembered occurrence holds while it lies at or after ``search``.
+                found = hits[level]
+                if not (0 <= searched[level] <= search and (found < 0 or found >= search)):
+                    found = buf.find(markers[level], search, end)
+                    searched[level] = search
+                    hits[level] = found
+                if found >= 0 and (hit < 0 or found < hit):
+                    hit = found
+            if hit < 0 or hit + 1 >= limit:
+                return None
+            line = self._classify(hit + 1)
+            if line is not None:
+                return line
+            # Starts like a delimiter ("--boundaryX") but is none: only a hostile
+            # message has many.
+            self._false[-1] += 1
+            if self._false[-1] > _MAX_FALSE_DELIMITERS:
+                self.ctx.degrade("boundary_scan")
+                self.stopped = True
+                return None
+            search = hit + 1
 
 
 def _trim_line_break(buf: bytes, start: int, end: int) -> int:
@@ -213,19 +291,23 @@ def _trim_line_break(buf: bytes, start: int, end: int) -> int:
 
 
 def _parse_entity(
-    buf: bytes,
+    scan: _Scan,
     start: int,
-    end: int,
+    limit: int,
     depth: int,
-    ctx: _Context,
-    default_type: str = "text/plain",
-    open_ended: bool = True,
-) -> MimePart:
-    """One entity; ``open_ended`` says no delimiter ends it (it runs to the end of the
-    message), which is what makes an unclosed multipart's last part of unknown extent."""
-    ctx.count += 1
+    default_type: str,
+    first: _Line | None,
+) -> tuple[MimePart, _Line | None]:
+    """The entity at ``start``. ``first`` is the first delimiter line of an open multipart
+    after ``start`` (None: none before ``limit``); it bounds the header section and ends
+    the entity unless the entity is a multipart that claims it. Returns the entity and
+    the delimiter line that ends it, None when it runs to ``limit``."""
+    scan.ctx.count += 1
+    buf = scan.buf
+    end = _trim_line_break(buf, start, first.start) if first is not None else limit
     headers, body_start = parse_header_block(buf, start, end)
-    content_type, params = parse_content_type(headers.get("content-type"), default_type)
+    # The last of two Content-Type fields counts (RFC 8621 reads a field's last instance).
+    content_type, params = parse_content_type(headers.get_last("content-type"), default_type)
     boundary = params.get("boundary", "")
     if content_type.startswith("multipart/") and not boundary:
         # A multipart without a boundary cannot be split; read it as text, as mail
@@ -233,76 +315,124 @@ def _parse_entity(
         content_type = "text/plain"
     part = MimePart(buf, "", depth, headers, content_type, params, body_start, end)
     if content_type.startswith("multipart/"):
-        _split_multipart(part, boundary, ctx, open_ended)
+        encoded = boundary.encode("utf-8", "surrogateescape")
+        ended = _split_multipart(scan, part, encoded, limit, first)
     elif content_type in ("message/rfc822", "message/global"):
-        _parse_embedded(part, ctx, open_ended)
-    return part
+        ended = _parse_embedded(scan, part, limit, first)
+    else:
+        return part, first
+    part.body_end = _trim_line_break(buf, body_start, ended.start) if ended is not None else limit
+    return part, ended
 
 
-def _split_multipart(part: MimePart, boundary: str, ctx: _Context, open_ended: bool) -> None:
+def _glued_close(buf: bytes, start: int, stop: int, boundary: bytes) -> int:
+    """Where a close delimiter that lost its line break ("...text--boundary--" at the
+    very end of ``buf[start:stop]``) starts, or -1. It still closes: the alternative is
+    to read the rest as a part of unknown extent."""
+    close = b"--" + boundary + b"--"
+    tail = buf.rfind(close, start, stop)
+    if tail >= 0 and not buf[tail + len(close) : stop].strip():
+        return tail
+    return -1
+
+
+def _split_multipart(
+    scan: _Scan, part: MimePart, boundary: bytes, limit: int, first: _Line | None
+) -> _Line | None:
+    """The parts of a multipart. Returns the delimiter line of an enclosing multipart
+    that ends it (after its close, its epilogue runs to that line), or None when it runs
+    to ``limit``."""
+    ctx = scan.ctx
     if part.depth >= MAX_DEPTH:
         part.unwalked = True
         ctx.degrade("mime_depth")
-        return
-    buf = part.buf
-    delimiters, closed = _delimiters(
-        buf, part.body_start, part.body_end, boundary.encode("utf-8", "surrogateescape"), ctx
-    )
-    if not delimiters:
+        return first
+    level = scan.push(boundary)
+    try:
+        ended = _read_parts(scan, part, boundary, level, limit)
+    finally:
+        scan.pop()
+    if ended is not None and ended.level == level:
+        # Closed: the epilogue runs to the next delimiter of an enclosing multipart.
+        return scan.next_line(ended.after, limit)
+    return ended
+
+
+def _read_parts(
+    scan: _Scan, part: MimePart, boundary: bytes, level: int, limit: int
+) -> _Line | None:
+    """The parts of the multipart at ``level`` of the scan. Returns the line that ends
+    them: its close, or, when it is not closed, a delimiter of an enclosing multipart
+    (None: ``limit``)."""
+    ctx, buf = scan.ctx, scan.buf
+    line = scan.next_line(part.body_start, limit)
+    if line is None or line.level != level:
         # No delimiter at all: a body with content is text that claims to be multipart;
         # an empty one is an empty container.
-        if buf[part.body_start : part.body_end].strip():
+        end = _trim_line_break(buf, part.body_start, line.start) if line is not None else limit
+        if buf[part.body_start : end].strip():
             part.content_type = "text/plain"
             part.unterminated = True
             ctx.degrade("mime_unterminated")
-        return
+        return line
     child_type = "message/rfc822" if part.content_type == "multipart/digest" else "text/plain"
-    count = len(delimiters) - 1 if closed else len(delimiters)
-    for index in range(count):
+    while not line.close:
+        position = line.after
         if ctx.count >= MAX_PARTS:
             part.unwalked = True
             ctx.degrade("mime_parts")
-            return
-        content_start = delimiters[index][1]
-        last_open = index + 1 == len(delimiters)
-        if not last_open:
-            content_end = _trim_line_break(buf, content_start, delimiters[index + 1][0])
-        else:
-            content_end = part.body_end
-            if not buf[content_start:content_end].strip():
+            # Nothing more is walked anywhere: every enclosing multipart stops here too.
+            scan.stopped = True
+            return None
+        following = scan.next_line(position, limit)
+        if following is None or following.level != level:
+            # No delimiter of this multipart follows: this is its last part.
+            stop = following.start if following is not None else limit
+            if not buf[position:stop].strip():
                 # Nothing after the last delimiter: no part, only a missing close.
                 ctx.degrade("mime_unterminated")
-                break
-        child = _parse_entity(
-            buf,
-            content_start,
-            content_end,
-            part.depth + 1,
-            ctx,
-            child_type,
-            open_ended and last_open,
-        )
-        if last_open:
-            ctx.degrade("mime_unterminated")
-            child.unterminated = open_ended
+                return following
+            tail = _glued_close(buf, position, stop, boundary)
+            if tail >= 0:
+                end = _trim_line_break(buf, position, tail)
+                child, _ = _parse_entity(scan, position, end, part.depth + 1, child_type, None)
+                part.children.append(child)
+                return following
+        child, ended = _parse_entity(scan, position, limit, part.depth + 1, child_type, following)
         part.children.append(child)
+        if ended is None or ended.level != level:
+            # Not closed: an enclosing multipart's delimiter ends it, or it runs to the
+            # end; a last part that no delimiter ends is of unknown extent (a message cut
+            # short).
+            ctx.degrade("mime_unterminated")
+            if ended is None and limit == scan.end:
+                child.unterminated = scan.open_ended
+            return ended
+        line = ended
+    return line
 
 
-def _parse_embedded(part: MimePart, ctx: _Context, open_ended: bool) -> None:
+def _parse_embedded(scan: _Scan, part: MimePart, limit: int, first: _Line | None) -> _Line | None:
+    ctx = scan.ctx
     if part.depth >= MAX_DEPTH:
         part.unwalked = True
         ctx.degrade("mime_depth")
-        return
+        return first
     if ctx.count >= MAX_PARTS:
         part.unwalked = True
         ctx.degrade("mime_parts")
-        return
-    buf, start, end = part.buf, part.body_start, part.body_end
+        return first
     if part.transfer_encoding in ("base64", "quoted-printable"):
         # Not allowed for message/rfc822 (RFC 2046 §5.2.1), but sent anyway.
         buf = decode_body(part, limit=None)[0]
-        start, end = 0, len(buf)
-    part.embedded = _parse_entity(buf, start, end, part.depth + 1, ctx, open_ended=open_ended)
+        cut_short = scan.open_ended and first is None and limit == scan.end
+        inner = _Scan(buf, len(buf), cut_short, ctx)
+        part.embedded, _ = _parse_entity(inner, 0, len(buf), part.depth + 1, "text/plain", None)
+        return first
+    part.embedded, ended = _parse_entity(
+        scan, part.body_start, limit, part.depth + 1, "text/plain", first
+    )
+    return ended
 
 
 def _assign_paths(part: MimePart, path: str) -> None:
@@ -318,7 +448,8 @@ def _assign_paths(part: MimePart, path: str) -> None:
 def parse_tree(raw: bytes) -> MimeTree:
     """The bounded MIME tree of a message; never raises on malformed input."""
     ctx = _Context()
-    root = _parse_entity(raw, 0, len(raw), 0, ctx)
+    scan = _Scan(raw, len(raw), True, ctx)
+    root, _ = _parse_entity(scan, 0, len(raw), 0, "text/plain", None)
     _assign_paths(root, "" if root.is_multipart else "1")
     return MimeTree(root, ctx.count, ctx.degraded, ctx.reasons)
 
