@@ -49,27 +49,14 @@ def parsed(
     synthetic: bool = False,
 ) -> ParsedMessage:
     """A ParsedMessage with only the threading fields set."""
-    return ParsedMessage(
-        rfc_message_id=message_id,
+    return ParsedMessage.bare(
+        message_id,
         message_id_synthetic=synthetic,
         in_reply_to=in_reply_to,
         references=references,
         subject=subject,
         from_=Address(from_) if from_ else None,
-        sender=None,
-        reply_to=(),
-        to=(),
-        cc=(),
-        bcc=(),
         sent_at=sent_at,
-        text=None,
-        html=None,
-        extracted_text=None,
-        snippet=None,
-        attachments=(),
-        kind="normal",
-        automated=None,
-        list_id=None,
     )
 
 

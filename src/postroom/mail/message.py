@@ -104,6 +104,33 @@ class ParsedMessage:
     size: int = 0  # raw octets
     parser_version: int = PARSER_VERSION
 
+    @classmethod
+    def bare(cls, rfc_message_id: str, **fields: Any) -> ParsedMessage:
+        """A message of which nothing but the identifier (and ``fields``) is known: the
+        parser's last resort, and test fixtures."""
+        empty: dict[str, Any] = {
+            "message_id_synthetic": False,
+            "in_reply_to": None,
+            "references": (),
+            "subject": None,
+            "from_": None,
+            "sender": None,
+            "reply_to": (),
+            "to": (),
+            "cc": (),
+            "bcc": (),
+            "sent_at": None,
+            "text": None,
+            "html": None,
+            "extracted_text": None,
+            "snippet": None,
+            "attachments": (),
+            "kind": "normal",
+            "automated": None,
+            "list_id": None,
+        }
+        return cls(rfc_message_id=rfc_message_id, **{**empty, **fields})
+
     @property
     def thread_identifiers(self) -> tuple[str, ...]:
         """Every identifier that ties this message to a conversation: its own, the one

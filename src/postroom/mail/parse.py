@@ -192,27 +192,9 @@ def _degraded(raw: bytes) -> ParsedMessage:
     if message_id is None:
         message_id = synthetic_message_id(raw)
         flags.add("message_id_synthetic")
-    return ParsedMessage(
-        rfc_message_id=message_id,
+    return ParsedMessage.bare(
+        message_id,
         message_id_synthetic="message_id_synthetic" in flags,
-        in_reply_to=None,
-        references=(),
-        subject=None,
-        from_=None,
-        sender=None,
-        reply_to=(),
-        to=(),
-        cc=(),
-        bcc=(),
-        sent_at=None,
-        text=None,
-        html=None,
-        extracted_text=None,
-        snippet=None,
-        attachments=(),
-        kind="normal",
-        automated=None,
-        list_id=None,
         flags=frozenset(flags),
         size=len(raw),
     )
