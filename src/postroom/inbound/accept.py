@@ -1,12 +1,13 @@
 """Accepting a message: make it durable, then say so.
 
-``stage_batch`` is what stands between a DATA command and its ``250``. For each message
-of the batch it writes the raw bytes (with our Received header) to the blob store once
-per recipient identity; then, for the whole batch, it flushes all those blobs to disk at
-once and, in ONE database transaction, inserts the ``inbound_queue`` rows, enqueues
-their ``inbound.ingest`` jobs and counts the senders' throttle windows. Only after that commit
-may the SMTP server answer 250 (the caller does, per message). If the transaction fails,
-every message of the batch gets a temporary failure and its blobs are removed.
+``write_blobs`` and ``commit_batch`` are what stand between a DATA command and its
+``250``. The first writes the raw bytes (with our Received header) to the blob store
+once per recipient identity, without waiting for the disk; the second, for a whole batch
+of messages, flushes all those blobs to disk at once and, in ONE database transaction,
+inserts the ``inbound_queue`` rows, enqueues their ``inbound.ingest`` jobs and counts the
+senders' throttle windows. Only after that commit may the SMTP server answer 250 (the
+caller does, per message). If the flush or the transaction fails, every message of the
+batch gets a temporary failure and its blobs are removed.
 
 Parsing happens later, in a worker (FIELD-NOTES §2: the SMTP event loop is one core).
 """

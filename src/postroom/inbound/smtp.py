@@ -2,12 +2,13 @@
 
 aiosmtpd's ``SMTP`` speaks the protocol and calls our :class:`InboundHandler` at MAIL,
 RCPT and DATA. The handler asks the directory (``inbound.directory``) at RCPT and hands
-the message to ``inbound.accept`` at DATA; it holds no SQL. Blocking work (database,
-fsync) runs on a thread pool so the event loop keeps accepting.
+the message to ``inbound.accept`` at DATA; it holds no SQL. Blocking work (the group
+commit's flush and transaction, PostgreSQL reads, large writes) runs on a thread pool so
+the event loop keeps accepting.
 
 What is hardened here, beyond aiosmtpd's defaults:
 
-* ``250`` only after the message is durable: blob fsynced and the staging row committed.
+* ``250`` only after the message is durable: blob flushed and the staging row committed.
   Commits are grouped: every DATA that completes while a commit is in flight joins the
   next one, and each ``250`` still follows its own message's commit. Any failure before
   that answers ``451``.
