@@ -134,3 +134,11 @@ def member_of(tx: Tx, column: str, values: Sequence[Any]) -> tuple[str, list[Any
     if tx.engine is Engine.POSTGRESQL:
         return f"{column} = ANY(%s)", [list(values)]
     return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)
+
+
+def where_equal(**filters: Any) -> tuple[str, list[Any]]:
+    """``" WHERE a = %s AND b = %s"`` for the filters that are not None (or ``""``)."""
+    given = {column: value for column, value in filters.items() if value is not None}
+    if not given:
+        return "", []
+    return " WHERE " + " AND ".join(f"{c} = %s" for c in given), list(given.values())

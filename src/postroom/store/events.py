@@ -15,7 +15,7 @@ from typing import Any
 
 from postroom.clock import to_rfc3339
 from postroom.ids import new_id
-from postroom.store.db import Tx
+from postroom.store.db import Tx, where_equal
 
 
 @dataclass(frozen=True)
@@ -80,15 +80,7 @@ def insert_event(
 def list_events(
     tx: Tx, *, identity_id: str | None = None, event_type: str | None = None, limit: int = 100
 ) -> list[Event]:
-    where: list[str] = []
-    params: list[Any] = []
-    if identity_id is not None:
-        where.append("identity_id = %s")
-        params.append(identity_id)
-    if event_type is not None:
-        where.append("type = %s")
-        params.append(event_type)
-    clause = (" WHERE " + " AND ".join(where)) if where else ""
+    clause, params = where_equal(identity_id=identity_id, type=event_type)
     rows = tx.fetchall(
         f"SELECT * FROM events{clause} ORDER BY occurred_at, id LIMIT %s", (*params, limit)
     )

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from postroom.store.db import Engine, Row, Tx, member_of
+from postroom.store.db import Engine, Row, Tx, member_of, where_equal
 
 STATES = ("pending", "claimed", "succeeded", "dead_lettered", "dropped")
 
@@ -241,15 +241,7 @@ def list_jobs(
     job_type: str | None = None,
     limit: int = 50,
 ) -> list[Job]:
-    where: list[str] = []
-    params: list[Any] = []
-    if state is not None:
-        where.append("state = %s")
-        params.append(state)
-    if job_type is not None:
-        where.append("job_type = %s")
-        params.append(job_type)
-    clause = (" WHERE " + " AND ".join(where)) if where else ""
+    clause, params = where_equal(state=state, job_type=job_type)
     rows = tx.fetchall(
         f"SELECT * FROM jobs{clause} ORDER BY state_changed_at DESC, id DESC LIMIT %s",
         (*params, limit),
