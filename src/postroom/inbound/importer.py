@@ -18,8 +18,11 @@ import hashlib
 import multiprocessing
 import os
 import re
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -183,7 +186,48 @@ def _parser_pool(workers: int | None) -> ProcessPoolExecutor:
     platform has it, else spawn."""
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    return ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1, mp_context=context)
+    return ProcessPoolExecutor(
+        max_workers=workers or os.cpu_count() or 1,
+        mp_context=context,
+        initializer=_ignore_sigint,
+    )
+
+
+def _ignore_sigint() -> None:
+    # Ctrl-C in a terminal reaches the whole process group; the parent decides when to
+    # stop, a parser process dying mid-batch would only break the pool.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _Interrupt:
+    """A first SIGINT asks the import to stop after the batch being stored; a second
+    one stops it at once (the open transaction rolls back)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def check(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+
+@contextmanager
+def _deferred_interrupt() -> Iterator[_Interrupt]:
+    state = _Interrupt()
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if state.requested:
+            raise KeyboardInterrupt
+        state.requested = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield state
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _resolve_inbox(app: App, address: str) -> tuple[str, str]:
@@ -220,7 +264,10 @@ def run_import(
     own_pool = executor is None
     pool = executor or _parser_pool(workers)
     try:
-        _import_batches(app, items, pool, known, identity_id, tenant_id, summary, progress)
+        with _deferred_interrupt() as interrupt:
+            _import_batches(
+                app, items, pool, known, identity_id, tenant_id, summary, progress, interrupt
+            )
     except KeyboardInterrupt:
         # Committed batches stay; running the import again skips them as duplicates.
         summary.interrupted = True
@@ -239,12 +286,14 @@ def _import_batches(
     tenant_id: str,
     summary: ImportSummary,
     progress: Callable[[int], None] | None,
+    interrupt: _Interrupt,
 ) -> None:
     max_size = app.settings.smtp_max_message_bytes
     # Parsing (the pool) and storing (this process) overlap: while batch k is stored,
     # the pool already parses batch k + 1.
     pending: tuple[list[tuple[SourceItem, bytes, str]], Iterator[Derived], int] | None = None
     for start in range(0, len(items), BATCH):
+        interrupt.check()
         batch: list[tuple[SourceItem, bytes, str]] = []
         for item in items[start : start + BATCH]:
             try:
@@ -267,6 +316,7 @@ def _import_batches(
         parsing = pool.map(derive, [raw for _item, raw, _digest in batch], chunksize=8)
         if pending is not None:
             _finish(app, pending, identity_id, tenant_id, summary, progress)
+            interrupt.check()
         pending = (batch, parsing, min(BATCH, len(items) - start))
     if pending is not None:
         _finish(app, pending, identity_id, tenant_id, summary, progress)
@@ -324,16 +374,20 @@ def _store_batch(
     # One flush for the whole batch before it is committed.
     app.blobs.sync(arrival.raw_blob_key for arrival, _result in arrivals)
     unused: list[str] = []
+    imported = degraded = 0
     with app.db.write() as tx:
         for arrival, result in arrivals:
             # Another import of the same source may have stored it meanwhile.
             if message_rows.find_by_raw_sha256(tx, identity_id, arrival.raw_sha256):
-                summary.duplicates += 1
                 unused.append(arrival.raw_blob_key)
                 continue
             store_arrival(tx, arrival, result, now)
-            summary.imported += 1
+            imported += 1
             if "parse_degraded" in result.parsed.flags:
-                summary.degraded += 1
+                degraded += 1
+    # Counted once committed: a transaction rolled back by an interrupt counts nothing.
+    summary.imported += imported
+    summary.degraded += degraded
+    summary.duplicates += len(unused)
     for key in unused:
         app.blobs.delete(key)
