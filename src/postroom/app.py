@@ -7,13 +7,14 @@ global.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from postroom.clock import Clock, SystemClock
 from postroom.config import Settings
 from postroom.errors import DataDirError
 from postroom.jobs.queue import JobQueue, QueuePolicy
 from postroom.keyring import Keyring
+from postroom.metrics import Metrics
 from postroom.store import Database, open_database
 from postroom.store.blobs import BlobStore, FilesystemBlobStore
 
@@ -26,6 +27,7 @@ class App:
     queue: JobQueue
     clock: Clock
     keyring: Keyring | None = None
+    metrics: Metrics = field(default_factory=Metrics)
 
     def keys(self) -> Keyring:
         """The keyring; built apps that will seal or hash always carry one."""

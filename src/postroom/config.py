@@ -292,6 +292,28 @@ class Settings:
         "Address the HTTP API listens on.",
         default="127.0.0.1:8025",
     )
+    http_rate_limit_per_minute: int = setting(
+        "http.rate_limit_per_minute",
+        _int_parser(0, 1_000_000),
+        "integer",
+        "Requests per minute each API key may make (token bucket refill rate); 0 turns "
+        "rate limiting off.",
+        default=1200,
+    )
+    http_rate_limit_burst: int = setting(
+        "http.rate_limit_burst",
+        _int_parser(1, 1_000_000),
+        "integer",
+        "Requests an API key may make at once before the per-minute rate applies.",
+        default=120,
+    )
+    http_max_wait_seconds: int = setting(
+        "http.max_wait_seconds",
+        _int_parser(1, 300),
+        "integer",
+        "Longest a long-poll (waiting for a verification code) may hold a request.",
+        default=300,
+    )
     platform_domain: str = setting(
         "platform_domain",
         _parse_domain,

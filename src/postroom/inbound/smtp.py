@@ -202,9 +202,18 @@ class InboundHandler:
         envelope.mail_options.extend(options)
         return self._count("250 2.1.0 OK")
 
+    @staticmethod
+    def _outcome(reply: str) -> str:
+        return {"2": "accepted", "4": "deferred"}.get(reply[:1], "refused")
+
     async def handle_RCPT(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
     ) -> str:
+        reply = await self._handle_rcpt(envelope, address, options)
+        self.app.metrics.smtp_recipients.labels(self._outcome(reply)).inc()
+        return reply
+
+    async def _handle_rcpt(self, envelope: Envelope, address: str, options: list[str]) -> str:
         assert isinstance(envelope, PostroomEnvelope)
         if len(envelope.rcpt_tos) >= self.app.settings.smtp_max_recipients:
             return self._count("452 4.5.3 Too many recipients")
@@ -226,6 +235,11 @@ class InboundHandler:
         return self._count("250 2.1.5 OK")
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        reply = await self._handle_data(server, session, envelope)
+        self.app.metrics.smtp_messages.labels(self._outcome(reply)).inc()
+        return reply
+
+    async def _handle_data(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         assert isinstance(envelope, PostroomEnvelope)
         raw = envelope.original_content
         if not isinstance(raw, bytes | bytearray) or not envelope.routes:

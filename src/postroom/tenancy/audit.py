@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from postroom.ids import new_id
@@ -14,6 +15,10 @@ if TYPE_CHECKING:
 
 # Who acted when no API key did: the local command line (seed 000 "Who acted").
 CLI_ACTOR = "cli"
+
+# The X-Request-Id of the API request being served, set by the API's middleware, so every
+# audit row a request writes carries it without each service passing it along.
+REQUEST_ID: ContextVar[str | None] = ContextVar("postroom_request_id", default=None)
 
 
 def record(
@@ -39,4 +44,5 @@ def record(
         target_type=target_type,
         target_id=target_id,
         details=details,
+        request_id=REQUEST_ID.get(),
     )

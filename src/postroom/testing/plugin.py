@@ -212,3 +212,7 @@ def ready_app(app: Any) -> Any:
 
     initialize(app)
     return app
+
+
+# API fixtures live in their own module; importing them here registers them.
+from postroom.testing.api import api, api_server  # noqa: E402, F401

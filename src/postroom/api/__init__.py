@@ -1,0 +1,1 @@
+"""The REST API (FastAPI on uvicorn): see docs/api.md."""

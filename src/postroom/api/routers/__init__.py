@@ -1,0 +1,33 @@
+"""One router per resource; ROUTERS is what the application includes."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from postroom.api.routers import (
+    audit,
+    codes,
+    domains,
+    events,
+    health,
+    identities,
+    keys,
+    messages,
+    search,
+    tenants,
+    threads,
+)
+
+ROUTERS: list[APIRouter] = [
+    health.router,
+    tenants.router,
+    identities.router,
+    domains.router,
+    keys.router,
+    threads.router,
+    messages.router,
+    codes.router,
+    search.router,
+    events.router,
+    audit.router,
+]

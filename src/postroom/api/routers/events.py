@@ -1,0 +1,7 @@
+"""Routes for events (see the route table, postroom.api.routes)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter(tags=["events"])

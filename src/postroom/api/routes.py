@@ -1,0 +1,207 @@
+"""The route table: every route of the REST API, the permission it needs, what it does.
+
+This is the one place authorization is declared. Routers register their handlers by
+name (:func:`postroom.api.core.endpoint`), taking method and path from here; the
+authentication dependency reads the permission of the route being served from here; the
+authorization matrix test and the docs test (docs/api.md) iterate over it.
+
+``permission`` None marks a public route (no key needed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    name: str
+    method: str
+    path: str
+    permission: str | None
+    summary: str
+
+
+_TABLE: Final[tuple[RouteSpec, ...]] = (
+    # --- service ---
+    RouteSpec("health.live", "GET", "/healthz", None, "The process is up"),
+    RouteSpec(
+        "health.ready", "GET", "/readyz", None, "Database, migrations and blob store are ready"
+    ),
+    RouteSpec("metrics", "GET", "/metrics", None, "Prometheus metrics"),
+    # --- tenants ---
+    RouteSpec("tenants.create", "POST", "/v1/tenants", "tenants:write", "Create a tenant"),
+    RouteSpec("tenants.list", "GET", "/v1/tenants", "tenants:read", "List tenants in reach"),
+    RouteSpec("tenants.get", "GET", "/v1/tenants/{tenant_id}", "tenants:read", "Get a tenant"),
+    RouteSpec(
+        "tenants.update",
+        "PATCH",
+        "/v1/tenants/{tenant_id}",
+        "tenants:write",
+        "Rename, suspend or resume a tenant",
+    ),
+    RouteSpec(
+        "tenants.policy.get",
+        "GET",
+        "/v1/tenants/{tenant_id}/policy",
+        "tenants:read",
+        "Get a tenant's policy",
+    ),
+    RouteSpec(
+        "tenants.policy.update",
+        "PATCH",
+        "/v1/tenants/{tenant_id}/policy",
+        "tenants:write",
+        "Change a tenant's policy",
+    ),
+    # --- identities (inboxes) and addresses ---
+    RouteSpec("identities.create", "POST", "/v1/identities", "identities:write", "Create an inbox"),
+    RouteSpec("identities.list", "GET", "/v1/identities", "identities:read", "List inboxes"),
+    RouteSpec(
+        "identities.get",
+        "GET",
+        "/v1/identities/{identity_id}",
+        "identities:read",
+        "Get an inbox",
+    ),
+    RouteSpec(
+        "identities.update",
+        "PATCH",
+        "/v1/identities/{identity_id}",
+        "identities:write",
+        "Change an inbox (display name, signature, pause)",
+    ),
+    RouteSpec(
+        "identities.delete",
+        "DELETE",
+        "/v1/identities/{identity_id}",
+        "identities:write",
+        "Delete an inbox; its addresses are never reassigned",
+    ),
+    RouteSpec(
+        "addresses.create",
+        "POST",
+        "/v1/identities/{identity_id}/addresses",
+        "identities:write",
+        "Add an alias address",
+    ),
+    RouteSpec(
+        "addresses.list",
+        "GET",
+        "/v1/identities/{identity_id}/addresses",
+        "identities:read",
+        "List an inbox's addresses",
+    ),
+    RouteSpec(
+        "addresses.retire",
+        "DELETE",
+        "/v1/identities/{identity_id}/addresses/{address_id}",
+        "identities:write",
+        "Retire an alias address",
+    ),
+    # --- domains ---
+    RouteSpec("domains.create", "POST", "/v1/domains", "domains:write", "Add a domain"),
+    RouteSpec("domains.list", "GET", "/v1/domains", "domains:read", "List domains"),
+    RouteSpec(
+        "domains.get",
+        "GET",
+        "/v1/domains/{domain_id}",
+        "domains:read",
+        "Get a domain with the DNS records to publish",
+    ),
+    # --- API keys ---
+    RouteSpec("keys.create", "POST", "/v1/keys", "keys:manage", "Create an API key"),
+    RouteSpec("keys.list", "GET", "/v1/keys", "keys:manage", "List API keys in reach"),
+    RouteSpec("keys.get", "GET", "/v1/keys/{key_id}", "keys:manage", "Get an API key"),
+    RouteSpec(
+        "keys.rotate",
+        "POST",
+        "/v1/keys/{key_id}/rotate",
+        "keys:manage",
+        "Give a key a new secret, the old one working for an overlap",
+    ),
+    RouteSpec("keys.revoke", "DELETE", "/v1/keys/{key_id}", "keys:manage", "Revoke an API key"),
+    # --- threads and messages ---
+    RouteSpec(
+        "threads.list",
+        "GET",
+        "/v1/identities/{identity_id}/threads",
+        "messages:read",
+        "List an inbox's threads, newest activity first",
+    ),
+    RouteSpec(
+        "threads.get",
+        "GET",
+        "/v1/threads/{thread_id}",
+        "messages:read",
+        "Get a thread with its messages in thread order",
+    ),
+    RouteSpec(
+        "threads.update",
+        "PATCH",
+        "/v1/threads/{thread_id}",
+        "messages:write",
+        "Archive, label or mark a thread read",
+    ),
+    RouteSpec(
+        "messages.list",
+        "GET",
+        "/v1/identities/{identity_id}/messages",
+        "messages:read",
+        "List an inbox's messages, newest first",
+    ),
+    RouteSpec("messages.get", "GET", "/v1/messages/{message_id}", "messages:read", "Get a message"),
+    RouteSpec(
+        "messages.raw",
+        "GET",
+        "/v1/messages/{message_id}/raw",
+        "messages:read",
+        "Download the raw MIME message",
+    ),
+    RouteSpec(
+        "messages.attachment",
+        "GET",
+        "/v1/messages/{message_id}/attachments/{attachment_id}",
+        "messages:read",
+        "Download an attachment",
+    ),
+    RouteSpec(
+        "messages.update",
+        "PATCH",
+        "/v1/messages/{message_id}",
+        "messages:write",
+        "Mark read, label or archive a message",
+    ),
+    # --- verification codes ---
+    RouteSpec(
+        "codes.wait",
+        "GET",
+        "/v1/identities/{identity_id}/codes/wait",
+        "messages:read",
+        "Wait for the next verification code or link",
+    ),
+    RouteSpec(
+        "codes.list",
+        "GET",
+        "/v1/identities/{identity_id}/codes",
+        "messages:read",
+        "List recent verification codes and links",
+    ),
+    # --- search ---
+    RouteSpec(
+        "search.identity",
+        "GET",
+        "/v1/identities/{identity_id}/search",
+        "messages:read",
+        "Search one inbox",
+    ),
+    RouteSpec("search.tenant", "GET", "/v1/search", "messages:read", "Search every inbox in reach"),
+    # --- events and audit ---
+    RouteSpec("events.list", "GET", "/v1/events", "events:read", "List events"),
+    RouteSpec("events.get", "GET", "/v1/events/{event_id}", "events:read", "Get an event"),
+    RouteSpec("audit.list", "GET", "/v1/audit", "audit:read", "List audit log entries"),
+)
+
+ROUTES: Final[Mapping[str, RouteSpec]] = {spec.name: spec for spec in _TABLE}
