@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -214,8 +215,10 @@ def test_db_status_and_migrate_on_postgres(pg_server: Any, home: Path) -> None:
 
 
 def test_serve_runs_until_sigterm(home: Path) -> None:
-    env = _base_env(POSTROOM_SMTP_LISTEN="127.0.0.1:0")
-    assert run(["init"], env, home).returncode == 0
+    env = _base_env(POSTROOM_SMTP_LISTEN="127.0.0.1:0", POSTROOM_HTTP_LISTEN="127.0.0.1:0")
+    init = run(["init", "--json"], env, home)
+    assert init.returncode == 0
+    platform_key = json.loads(init.stdout)["api_key"]
     assert run(["identity", "create", "bob"], env, home).returncode == 0
     proc = subprocess.Popen(
         [sys.executable, "-m", "postroom", "serve"],
@@ -232,8 +235,15 @@ def test_serve_runs_until_sigterm(home: Path) -> None:
         while "Press Ctrl-C" not in seen and time.monotonic() < deadline:
             seen += proc.stdout.readline()
         assert "worker" in seen
-        # Long lines are not hard-wrapped when stdout is not a terminal.
-        assert "(will listen on http.listen, 127.0.0.1:8025)" in seen
+        api_url = seen.split("api          ")[1].split()[0]
+        assert api_url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(f"{api_url}/readyz", timeout=10) as ready:
+            assert json.loads(ready.read())["status"] == "ready"
+        request = urllib.request.Request(
+            f"{api_url}/v1/tenants", headers={"Authorization": f"Bearer {platform_key}"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as listed:
+            assert [t["slug"] for t in json.loads(listed.read())["data"]] == ["default"]
         port = int(seen.split("smtp         listening on 127.0.0.1:")[1].split()[0])
         with smtplib.SMTP("127.0.0.1", port) as client:
             refused = client.sendmail(
@@ -304,10 +314,16 @@ def test_serve_says_when_the_smtp_port_is_taken(home: Path) -> None:
         _one_line_error(run(["serve"], env, home), "smtp.listen", f"127.0.0.1:{port}")
 
 
-def test_serve_only_a_part_not_built_yet(home: Path) -> None:
-    env = _base_env()
-    assert run(["init"], env, home).returncode == 0
-    _one_line_error(run(["serve", "--only", "api"], env, home), "api part")
+def test_serve_says_when_the_http_port_is_taken(home: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        env = _base_env(POSTROOM_HTTP_LISTEN=f"127.0.0.1:{port}")
+        assert run(["init"], env, home).returncode == 0
+        _one_line_error(
+            run(["serve", "--only", "api"], env, home), "http.listen", f"127.0.0.1:{port}"
+        )
 
 
 def test_jobs_commands(home: Path) -> None:

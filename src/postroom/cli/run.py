@@ -18,11 +18,11 @@ from postroom.errors import ConfigError
 from postroom.jobs.builtin import default_registry, default_schedules
 from postroom.jobs.worker import Worker
 
-# The parts `serve` can run. A part whose value is None is not in this build yet.
-PARTS: dict[str, str | None] = {
+# The parts `serve` can run.
+PARTS: dict[str, str] = {
     "worker": "background job worker",
     "smtp": "inbound SMTP server",
-    "api": None,  # REST API: arrives with the REST API capability
+    "api": "REST API (HTTP)",
 }
 
 
@@ -103,10 +103,7 @@ def serve(ctx: click.Context, only: str | None, smtp_port: int | None) -> None:
         # One of the extra SMTP processes of smtp.processes (started by serve itself).
         _serve_smtp_child(cli_state.app(), smtp_port)
         return
-    wanted = [only] if only else [name for name, what in PARTS.items() if what]
-    missing = [name for name in wanted if PARTS[name] is None]
-    if missing:
-        raise ConfigError(f"the {missing[0]} part is not in this build of Postroom yet")
+    wanted = [only] if only else list(PARTS)
     app = cli_state.app()
     stop = threading.Event()
     stoppers: list[Callable[[], object]] = []
@@ -141,11 +138,13 @@ def serve(ctx: click.Context, only: str | None, smtp_port: int | None) -> None:
                 f"  worker       {worker.concurrency} threads; job types: "
                 f"{', '.join(worker.job_types)}"
             )
-        if PARTS["api"] is None:
-            console.print(
-                f"  api          not in this build yet (will listen on http.listen, "
-                f"{settings.http_listen})"
-            )
+        if "api" in wanted:
+            from postroom.api.server import HTTPServer
+
+            http = HTTPServer(app)
+            http.start()
+            stoppers.append(http.stop)
+            console.print(f"  api          {http.url}  (docs: {http.url}/docs)")
         console.print("Press Ctrl-C to stop.")
         _wait_for_signal(stop)
         console.print("Stopping...")
