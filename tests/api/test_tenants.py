@@ -190,3 +190,17 @@ def test_unknown_route_and_method_are_problems(api: ApiWorld) -> None:
     assert missing.status_code == 404 and missing.json()["code"] == "route_not_found"
     wrong = api.client.put("/v1/tenants", headers=api.headers())
     assert wrong.status_code == 405 and wrong.json()["code"] == "method_not_allowed"
+
+
+def test_nul_and_control_characters_are_refused_before_any_storage(api: ApiWorld) -> None:
+    in_path = api.client.get("/v1/tenants/ten_%00x", headers=api.headers())
+    assert in_path.status_code == 400 and in_path.json()["code"] == "invalid_character"
+    in_query = api.client.get("/v1/tenants?cursor=%00", headers=api.headers())
+    assert in_query.status_code == 400
+    in_body = api.client.post(
+        "/v1/tenants", json={"slug": "nul", "name": "a\x00b"}, headers=api.headers()
+    )
+    assert in_body.status_code == 400 and in_body.json()["code"] == "invalid_character"
+    # The body stays readable for the route after the check.
+    fine = api.client.post("/v1/tenants", json={"slug": "nul"}, headers=api.headers())
+    assert fine.status_code == 201 and fine.json()["slug"] == "nul"

@@ -41,6 +41,28 @@ def _queue_depth(app: App) -> Callable[[], list[tuple[str, str, int]]]:
     return read
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+async def _refuse_nul(request: Request) -> Response | None:
+    """NUL can be stored by neither engine's text type, and control characters have no
+    place in a path: refuse them up front with a 400 instead of failing deep inside."""
+    query = request.query_params.multi_items()
+    if _CONTROL.search(request.scope.get("path", "")) or any(
+        "\x00" in key or "\x00" in value for key, value in query
+    ):
+        return errors.problem(
+            400, "invalid_character", "the URL contains a control character", request=request
+        )
+    if request.method in ("POST", "PUT", "PATCH"):
+        body = await request.body()
+        if b"\\u0000" in body or b"\x00" in body:
+            return errors.problem(
+                400, "invalid_character", "the body contains a NUL character", request=request
+            )
+    return None
+
+
 def create_api(app: App) -> FastAPI:
     api = FastAPI(
         title="Postroom",
@@ -67,6 +89,10 @@ def create_api(app: App) -> FastAPI:
         given = request.headers.get("x-request-id")
         request_id = given if given and _REQUEST_ID.fullmatch(given) else new_id("req")
         request.state.request_id = request_id
+        refusal = await _refuse_nul(request)
+        if refusal is not None:
+            refusal.headers["X-Request-Id"] = request_id
+            return refusal
         token = REQUEST_ID.set(request_id)
         started = time.perf_counter()
         try:
