@@ -7,11 +7,11 @@ its 250), then runs the ``inbound.ingest`` step for each staged copy.
 
 from __future__ import annotations
 
-from email.utils import format_datetime
+import secrets
 from datetime import UTC, datetime
+from email.utils import format_datetime
 from typing import Any
 
-from postroom.ids import new_id
 from postroom.inbound.accept import Envelope, Submission, commit_batch, write_blobs
 from postroom.inbound.directory import Refusal, route_recipient
 from postroom.inbound.ingest import ingest_staged
@@ -28,7 +28,7 @@ def make_message(
     extra_headers: dict[str, str] | None = None,
 ) -> bytes:
     """A small, valid RFC 5322 text message."""
-    mid = message_id or f"{new_id('m')}@sender.example"
+    mid = message_id or f"{secrets.token_hex(8)}@sender.example"
     headers = {
         "From": sender,
         "To": to,
