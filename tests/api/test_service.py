@@ -74,6 +74,12 @@ def test_openapi_lists_every_route_of_the_table(api: ApiWorld) -> None:
     for spec in ROUTES.values():
         assert (spec.method, spec.path) in documented, spec.name
     assert api.client.get("/docs").status_code == 200
+    # Every error answer is documented as a problem, and key-protected routes say so.
+    create = schema["paths"]["/v1/tenants"]["post"]
+    assert set(create["responses"]["422"]["content"]) == {"application/problem+json"}
+    assert create["security"] == [{"bearer": []}]
+    assert "security" not in schema["paths"]["/healthz"]["get"]
+    assert "HTTPValidationError" not in schema["components"]["schemas"]
 
 
 def test_no_key_and_a_malformed_key_are_401_problems(api: ApiWorld) -> None:

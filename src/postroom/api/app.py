@@ -6,14 +6,17 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
+from fastapi.openapi.utils import get_openapi
 
 from postroom import __version__
 from postroom.api import errors
 from postroom.api.core import Cursors
 from postroom.api.ratelimit import Decision, RateLimiter
 from postroom.api.routers import ROUTERS
+from postroom.api.routes import ROUTES
 from postroom.app import App
 from postroom.ids import new_id
 from postroom.tenancy.audit import REQUEST_ID
@@ -63,6 +66,82 @@ async def _refuse_nul(request: Request) -> Response | None:
     return None
 
 
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "title": "Problem",
+    "type": "object",
+    "description": "RFC 9457 problem details with a stable `code`.",
+    "required": ["type", "title", "status", "code", "detail"],
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "code": {"type": "string", "description": "Stable machine code"},
+        "detail": {"type": "string"},
+        "request_id": {"type": "string"},
+        "errors": {
+            "type": "array",
+            "description": "Validation errors: the offending fields",
+            "items": {
+                "type": "object",
+                "required": ["field", "message"],
+                "properties": {"field": {"type": "string"}, "message": {"type": "string"}},
+            },
+        },
+    },
+    "additionalProperties": True,
+}
+
+_PROBLEM_STATUSES = {
+    "400": "Malformed request (bad JSON, cursor, header or character)",
+    "401": "No, malformed, unknown, revoked or expired API key",
+    "403": "The key lacks the permission, or its tenant or partner is suspended",
+    "404": "Not found, or outside the key's reach",
+    "409": "Conflicts with the current state, or an Idempotency-Key conflict",
+    "422": "Invalid field values (`errors` names the fields)",
+    "429": "Rate limited: retry after `Retry-After` seconds",
+    "500": "Internal error",
+    "503": "The database or the queue cannot take the request now",
+}
+_PUBLIC_STATUSES = ("400", "500", "503")
+
+
+def _openapi(api: FastAPI) -> dict[str, Any]:
+    """OpenAPI 3.1 where every error answer is a problem+json ``Problem``."""
+    if api.openapi_schema:
+        return api.openapi_schema
+    schema = get_openapi(
+        title=api.title, version=api.version, description=api.description, routes=api.routes
+    )
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components["Problem"] = PROBLEM_SCHEMA
+    for key in ("HTTPValidationError", "ValidationError"):
+        components.pop(key, None)
+    problem_ref = {"$ref": "#/components/schemas/Problem"}
+    schema["components"]["securitySchemes"] = {
+        "bearer": {"type": "http", "scheme": "bearer", "description": "An API key"}
+    }
+    public_operations = {
+        spec.name.replace(".", "_") for spec in ROUTES.values() if spec.permission is None
+    }
+    for item in schema.get("paths", {}).values():
+        for operation in item.values():
+            responses = operation.setdefault("responses", {})
+            public = operation.get("operationId") in public_operations
+            if not public:
+                operation["security"] = [{"bearer": []}]
+            statuses = _PUBLIC_STATUSES if public else tuple(_PROBLEM_STATUSES)
+            for status in (*statuses, *[s for s in responses if s[:1] in "45"]):
+                existing = responses.get(status, {})
+                responses[status] = {
+                    "description": _PROBLEM_STATUSES.get(status)
+                    or existing.get("description", "Problem"),
+                    "content": {"application/problem+json": {"schema": problem_ref}},
+                    **({"headers": existing["headers"]} if "headers" in existing else {}),
+                }
+    api.openapi_schema = schema
+    return schema
+
+
 def create_api(app: App) -> FastAPI:
     api = FastAPI(
         title="Postroom",
@@ -79,6 +158,7 @@ def create_api(app: App) -> FastAPI:
     )
     app.metrics.watch_queue(_queue_depth(app))
     errors.install(api)
+    api.openapi = lambda: _openapi(api)  # type: ignore[method-assign]
     for router in ROUTERS:
         api.include_router(router)
 
