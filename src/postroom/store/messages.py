@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from postroom.store.db import Row, Tx
+from postroom.store.db import Row, Tx, member_of
 
 LABEL_MAX = 64
 
@@ -247,3 +247,216 @@ def labels_of(tx: Tx, message_rowid: int) -> list[str]:
 
 def count_messages(tx: Tx, identity_id: str) -> int:
     return int(tx.fetchval("SELECT count(*) FROM messages WHERE identity_id = %s", (identity_id,)))
+
+
+# --- reading and changing mail for the API (mailbox services) --------------------------
+
+# The columns a list row or a thread's message row needs: no bodies, no HTML.
+SUMMARY_COLUMNS = (
+    "m.rowid, m.id, m.identity_id, m.tenant_id, m.thread_id, m.direction, m.status,"
+    " m.from_address, m.from_name, m.to_json, m.cc_json, m.subject, m.snippet, m.sent_at,"
+    " m.received_at, m.kind, m.flags_json, m.read, m.archived, p.id AS parent_id"
+)
+_PARENT_JOIN = " LEFT JOIN messages AS p ON p.rowid = m.parent_rowid"
+
+
+@dataclass(frozen=True)
+class MessageFilter:
+    """What :func:`list_page` keeps of one identity's messages; None filters nothing."""
+
+    identity_id: str
+    label: str | None = None
+    unread: bool | None = None
+    thread_id: str | None = None
+    since: int | None = None  # received_at >= since
+    until: int | None = None  # received_at < until
+
+
+def list_page(tx: Tx, f: MessageFilter, after: tuple[int, str] | None, limit: int) -> list[Row]:
+    """Summary rows, newest first (received_at DESC, id DESC), after the position
+    ``(received_at, id)`` of the previous page's last row."""
+    where = ["m.identity_id = %s"]
+    params: list[Any] = [f.identity_id]
+    if f.label is not None:
+        where.append(
+            "EXISTS (SELECT 1 FROM labels AS l WHERE l.message_rowid = m.rowid AND l.label = %s)"
+        )
+        params.append(f.label)
+    if f.unread is not None:
+        where.append("m.read = %s")
+        params.append(0 if f.unread else 1)
+    if f.thread_id is not None:
+        where.append("m.thread_id = %s")
+        params.append(f.thread_id)
+    if f.since is not None:
+        where.append("m.received_at >= %s")
+        params.append(f.since)
+    if f.until is not None:
+        where.append("m.received_at < %s")
+        params.append(f.until)
+    if after is not None:
+        where.append("(m.received_at < %s OR (m.received_at = %s AND m.id < %s))")
+        params.extend((after[0], after[0], after[1]))
+    return tx.fetchall(
+        f"SELECT {SUMMARY_COLUMNS} FROM messages AS m{_PARENT_JOIN}"
+        f" WHERE {' AND '.join(where)} ORDER BY m.received_at DESC, m.id DESC LIMIT %s",
+        (*params, limit),
+    )
+
+
+def thread_messages(tx: Tx, thread_id: str, limit: int) -> list[Row]:
+    """Summary rows of a conversation in the order they were received."""
+    return tx.fetchall(
+        f"SELECT {SUMMARY_COLUMNS} FROM messages AS m{_PARENT_JOIN}"
+        " WHERE m.thread_id = %s ORDER BY m.received_at, m.rowid LIMIT %s",
+        (thread_id, limit),
+    )
+
+
+def get_full(tx: Tx, message_id: str) -> Row | None:
+    """Every column of one message, plus ``parent_id`` (the parent's message id)."""
+    return tx.fetchone(
+        f"SELECT m.*, p.id AS parent_id FROM messages AS m{_PARENT_JOIN} WHERE m.id = %s",
+        (message_id,),
+    )
+
+
+def owner_of(tx: Tx, message_id: str) -> Row | None:
+    """``rowid``, ``identity_id``, ``tenant_id`` and ``thread_id`` of one message."""
+    return tx.fetchone(
+        "SELECT rowid, id, identity_id, tenant_id, thread_id, raw_blob_key, raw_size"
+        " FROM messages WHERE id = %s",
+        (message_id,),
+    )
+
+
+def labels_for(tx: Tx, message_rowids: Sequence[int]) -> dict[int, list[str]]:
+    """message rowid → its labels, sorted."""
+    if not message_rowids:
+        return {}
+    among, params = member_of(tx, "message_rowid", list(message_rowids))
+    found: dict[int, list[str]] = {}
+    for r in tx.fetchall(
+        f"SELECT message_rowid, label FROM labels WHERE {among} ORDER BY label", params
+    ):
+        found.setdefault(int(r["message_rowid"]), []).append(r["label"])
+    return found
+
+
+def attachment_counts(tx: Tx, message_rowids: Sequence[int]) -> dict[int, int]:
+    if not message_rowids:
+        return {}
+    among, params = member_of(tx, "message_rowid", list(message_rowids))
+    rows = tx.fetchall(
+        f"SELECT message_rowid, count(*) AS n FROM attachments WHERE {among}"
+        " GROUP BY message_rowid",
+        params,
+    )
+    return {int(r["message_rowid"]): int(r["n"]) for r in rows}
+
+
+def attachments_of(tx: Tx, message_rowid: int) -> list[Row]:
+    """The message's attachment rows in MIME tree order."""
+    rows = tx.fetchall("SELECT * FROM attachments WHERE message_rowid = %s", (message_rowid,))
+
+    def tree_order(row: Row) -> tuple[int, ...]:
+        path = str(row.get("part_path") or "")
+        return tuple(int(p) if p.isdigit() else 0 for p in path.split("."))
+
+    return sorted(rows, key=lambda r: (tree_order(r), str(r["id"])))
+
+
+def get_attachment(tx: Tx, message_rowid: int, attachment_id: str) -> Row | None:
+    return tx.fetchone(
+        "SELECT * FROM attachments WHERE id = %s AND message_rowid = %s",
+        (attachment_id, message_rowid),
+    )
+
+
+def refs_of(tx: Tx, message_rowid: int) -> list[Row]:
+    return tx.fetchall(
+        "SELECT kind, value, source FROM refs WHERE message_rowid = %s"
+        " ORDER BY kind, value, source",
+        (message_rowid,),
+    )
+
+
+def thread_of_message(tx: Tx, message_rowid: int) -> str | None:
+    value = tx.fetchval("SELECT thread_id FROM messages WHERE rowid = %s", (message_rowid,))
+    return None if value is None else str(value)
+
+
+def set_state(
+    tx: Tx, message_rowid: int, *, read: bool | None = None, archived: bool | None = None
+) -> None:
+    """Mark one message read/unread and/or archived/not archived."""
+    if read is not None:
+        tx.execute("UPDATE messages SET read = %s WHERE rowid = %s", (int(read), message_rowid))
+    if archived is not None:
+        tx.execute(
+            "UPDATE messages SET archived = %s WHERE rowid = %s", (int(archived), message_rowid)
+        )
+
+
+def set_thread_state(
+    tx: Tx, thread_id: str, *, read: bool | None = None, archived: bool | None = None
+) -> None:
+    """Mark every message of a conversation read/unread and/or archived/not archived."""
+    if read is not None:
+        tx.execute(
+            "UPDATE messages SET read = %s WHERE thread_id = %s AND read <> %s",
+            (int(read), thread_id, int(read)),
+        )
+    if archived is not None:
+        tx.execute(
+            "UPDATE messages SET archived = %s WHERE thread_id = %s AND archived <> %s",
+            (int(archived), thread_id, int(archived)),
+        )
+
+
+def add_labels(tx: Tx, message_rowid: int, labels: Iterable[str]) -> None:
+    insert_labels(tx, message_rowid, labels)
+
+
+def remove_labels(tx: Tx, message_rowid: int, labels: Iterable[str]) -> None:
+    tx.executemany(
+        "DELETE FROM labels WHERE message_rowid = %s AND label = %s",
+        [(message_rowid, label) for label in sorted(set(labels))],
+    )
+
+
+def add_thread_labels(tx: Tx, thread_id: str, labels: Iterable[str]) -> None:
+    """Give every message of a conversation these labels."""
+    for label in sorted(set(labels)):
+        tx.execute(
+            "INSERT INTO labels (message_rowid, label) SELECT rowid, %s FROM messages"
+            " WHERE thread_id = %s ON CONFLICT DO NOTHING",
+            (label, thread_id),
+        )
+
+
+def remove_thread_labels(tx: Tx, thread_id: str, labels: Iterable[str]) -> None:
+    """Take these labels off every message of a conversation."""
+    for label in sorted(set(labels)):
+        tx.execute(
+            "DELETE FROM labels WHERE label = %s"
+            " AND message_rowid IN (SELECT rowid FROM messages WHERE thread_id = %s)",
+            (label, thread_id),
+        )
+
+
+def count_in_thread(tx: Tx, thread_id: str) -> int:
+    return int(tx.fetchval("SELECT count(*) FROM messages WHERE thread_id = %s", (thread_id,)))
+
+
+def search_rows(tx: Tx, message_rowids: Sequence[int], text_chars: int) -> list[Row]:
+    """What a search hit shows, with the first ``text_chars`` of each text for snippets."""
+    if not message_rowids:
+        return []
+    among, params = member_of(tx, "rowid", list(message_rowids))
+    return tx.fetchall(
+        "SELECT rowid, id, identity_id, thread_id, subject, from_address, from_name,"
+        " received_at, snippet, substr(extracted_text, 1, %s) AS extracted_head,"
+        f" substr(text, 1, %s) AS text_head FROM messages WHERE {among}",
+        (text_chars, text_chars, *params),
+    )

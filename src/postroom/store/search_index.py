@@ -130,3 +130,66 @@ def match_words(tx: Tx, identity_id: str, words: str, limit: int = 50) -> list[s
             (identity_id, " ".join(terms), " ".join(terms), limit),
         )
     return [str(r["id"]) for r in rows]
+
+
+# --- ranked search for the API (mailbox services) --------------------------------------
+
+# FTS5 bm25 column weights: subject, participants, body_new, body_full, attachments, refs.
+BM25_WEIGHTS = (10.0, 5.0, 3.0, 1.0, 2.0, 2.0)
+
+
+@dataclass(frozen=True)
+class SearchScope:
+    """Whose mail a search reads: one identity, or every live, non-system identity of a
+    tenant."""
+
+    identity_id: str | None = None
+    tenant_id: str | None = None
+
+
+def fts5_query(terms: list[str]) -> str:
+    """Every term as a quoted FTS5 string, ANDed: user text is never FTS5 syntax."""
+    return " AND ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+def ranked_matches(
+    tx: Tx, terms: list[str], scope: SearchScope, *, offset: int, limit: int
+) -> list[tuple[int, float]]:
+    """(message rowid, score) of messages whose indexed text holds every term, best
+    first (higher score is better; ties newest rowid first).
+
+    SQLite ranks with FTS5 ``bm25`` (weighted per column, negated so higher is better);
+    PostgreSQL with ``ts_rank_cd`` over the weighted tsvector.
+    """
+    if not terms:
+        return []
+    if scope.identity_id is not None:
+        where = "m.identity_id = %s"
+        scope_params: list[object] = [scope.identity_id]
+    elif scope.tenant_id is not None:
+        where = (
+            "m.tenant_id = %s AND m.identity_id IN (SELECT id FROM identities"
+            " WHERE tenant_id = %s AND is_system = 0 AND status <> 'deleted')"
+        )
+        scope_params = [scope.tenant_id, scope.tenant_id]
+    else:
+        raise ValueError("a search needs an identity or a tenant")
+    if tx.engine is Engine.SQLITE:
+        weights = ", ".join(str(w) for w in BM25_WEIGHTS)
+        rows = tx.fetchall(
+            f"SELECT m.rowid AS rowid, bm25(fts, {weights}) AS rank"
+            " FROM fts JOIN messages AS m ON m.rowid = fts.rowid"
+            f" WHERE fts MATCH %s AND {where}"
+            " ORDER BY rank, m.rowid DESC LIMIT %s OFFSET %s",
+            (fts5_query(terms), *scope_params, limit, offset),
+        )
+        return [(int(r["rowid"]), -float(r["rank"])) for r in rows]
+    rows = tx.fetchall(
+        "SELECT m.rowid AS rowid, ts_rank_cd(s.document, q.query) AS rank"
+        " FROM plainto_tsquery('postroom', %s) AS q(query), message_search AS s"
+        " JOIN messages AS m ON m.rowid = s.message_rowid"
+        f" WHERE s.document @@ q.query AND {where}"
+        " ORDER BY rank DESC, m.rowid DESC LIMIT %s OFFSET %s",
+        (" ".join(terms), *scope_params, limit, offset),
+    )
+    return [(int(r["rowid"]), float(r["rank"])) for r in rows]

@@ -27,18 +27,27 @@ __all__ = [
     "MAX_PARTICIPANTS",
     "StoredReply",
     "Thread",
+    "ThreadEnds",
+    "ThreadFilter",
     "ancestor_chain_contains",
+    "archive_when_all_archived",
+    "ends_of_threads",
     "find_subject_candidates",
     "first_stored",
     "fold",
     "get",
     "insert",
     "insert_identifiers",
+    "labels_of_threads",
+    "list_page",
     "lock",
     "lookup_identifiers",
     "merge_participants",
+    "participant_pattern",
+    "recount_unread",
     "replies_naming",
     "resolve",
+    "set_archived",
     "set_parent",
     "set_subject",
     "update_activity",
@@ -476,3 +485,139 @@ def ancestor_chain_contains(tx: Tx, start_rowid: int, target_rowid: int) -> bool
 
 def set_parent(tx: Tx, rowid: int, parent_rowid: int) -> None:
     tx.execute("UPDATE messages SET parent_rowid = %s WHERE rowid = %s", (parent_rowid, rowid))
+
+
+# --- reading and changing conversations for the API (mailbox services) ----------------
+
+
+@dataclass(frozen=True)
+class ThreadFilter:
+    """What :func:`list_page` keeps of one identity's live conversations."""
+
+    identity_id: str
+    label: str | None = None  # a message of the conversation carries this label
+    unread: bool | None = None  # unread_count > 0 (True) or = 0 (False)
+    archived: bool | None = None
+    participant: str | None = None  # an address in participants_json
+    since: int | None = None  # last_at >= since
+    until: int | None = None  # last_at < until
+
+
+def participant_pattern(address: str) -> str:
+    """The text ``participants_json`` holds for an address, as ``update_activity`` and
+    ``fold`` write it (``json.dumps`` with its default separators)."""
+    return '"address": ' + json.dumps(address, ensure_ascii=False)
+
+
+def list_page(tx: Tx, f: ThreadFilter, after: tuple[int, str] | None, limit: int) -> list[Thread]:
+    """Live (never folded) conversations, newest activity first (last_at DESC, id DESC),
+    after the position ``(last_at, id)`` of the previous page's last row."""
+    where = ["t.identity_id = %s", "t.merged_into_thread_id IS NULL"]
+    params: list[Any] = [f.identity_id]
+    if f.label is not None:
+        where.append(
+            "EXISTS (SELECT 1 FROM messages AS m JOIN labels AS l ON l.message_rowid = m.rowid"
+            " WHERE m.thread_id = t.id AND l.label = %s)"
+        )
+        params.append(f.label)
+    if f.unread is not None:
+        where.append("t.unread_count > 0" if f.unread else "t.unread_count = 0")
+    if f.archived is not None:
+        where.append("t.archived = %s")
+        params.append(int(f.archived))
+    if f.participant is not None:
+        find = "strpos" if tx.engine is Engine.POSTGRESQL else "instr"
+        where.append(f"{find}(t.participants_json, %s) > 0")
+        params.append(participant_pattern(f.participant))
+    if f.since is not None:
+        where.append("t.last_at >= %s")
+        params.append(f.since)
+    if f.until is not None:
+        where.append("t.last_at < %s")
+        params.append(f.until)
+    if after is not None:
+        where.append("(t.last_at < %s OR (t.last_at = %s AND t.id < %s))")
+        params.extend((after[0], after[0], after[1]))
+    rows = tx.fetchall(
+        f"SELECT t.* FROM threads AS t WHERE {' AND '.join(where)}"
+        " ORDER BY t.last_at DESC, t.id DESC LIMIT %s",
+        (*params, limit),
+    )
+    return [Thread.from_row(r) for r in rows]
+
+
+def labels_of_threads(tx: Tx, thread_ids: Sequence[str]) -> dict[str, list[str]]:
+    """thread id → the union of its messages' labels, sorted."""
+    if not thread_ids:
+        return {}
+    among, params = member_of(tx, "m.thread_id", list(thread_ids))
+    rows = tx.fetchall(
+        "SELECT DISTINCT m.thread_id, l.label FROM messages AS m"
+        f" JOIN labels AS l ON l.message_rowid = m.rowid WHERE {among}"
+        " ORDER BY m.thread_id, l.label",
+        params,
+    )
+    found: dict[str, list[str]] = {}
+    for r in rows:
+        found.setdefault(r["thread_id"], []).append(r["label"])
+    return found
+
+
+@dataclass(frozen=True)
+class ThreadEnds:
+    """What a conversation's list row shows from its messages."""
+
+    first_subject: str | None  # the subject of the first message received
+    latest_snippet: str | None  # the snippet of the latest message received
+
+
+def ends_of_threads(tx: Tx, thread_ids: Sequence[str]) -> dict[str, ThreadEnds]:
+    """thread id → the first message's subject and the latest message's snippet."""
+    if not thread_ids:
+        return {}
+    among, params = member_of(tx, "thread_id", list(thread_ids))
+    rows = tx.fetchall(
+        "SELECT thread_id, subject, snippet, first_n, last_n FROM ("
+        " SELECT thread_id, subject, snippet,"
+        " ROW_NUMBER() OVER (PARTITION BY thread_id ORDER BY received_at, rowid) AS first_n,"
+        " ROW_NUMBER() OVER (PARTITION BY thread_id ORDER BY received_at DESC, rowid DESC)"
+        " AS last_n"
+        f" FROM messages WHERE {among}"
+        ") AS ranked WHERE first_n = 1 OR last_n = 1",
+        params,
+    )
+    first: dict[str, str | None] = {}
+    latest: dict[str, str | None] = {}
+    for r in rows:
+        if r["first_n"] == 1:
+            first[r["thread_id"]] = r["subject"]
+        if r["last_n"] == 1:
+            latest[r["thread_id"]] = r["snippet"]
+    return {tid: ThreadEnds(first.get(tid), latest.get(tid)) for tid in set(first) | set(latest)}
+
+
+def recount_unread(tx: Tx, thread_id: str, now: int) -> None:
+    """Set ``unread_count`` from the messages (call with the row locked)."""
+    tx.execute(
+        "UPDATE threads SET unread_count ="
+        " (SELECT count(*) FROM messages WHERE thread_id = %s AND read = 0),"
+        " updated_at = %s WHERE id = %s",
+        (thread_id, now, thread_id),
+    )
+
+
+def set_archived(tx: Tx, thread_id: str, archived: bool, now: int) -> None:
+    tx.execute(
+        "UPDATE threads SET archived = %s, updated_at = %s WHERE id = %s",
+        (int(archived), now, thread_id),
+    )
+
+
+def archive_when_all_archived(tx: Tx, thread_id: str, now: int) -> None:
+    """A conversation is archived exactly when none of its messages is left unarchived."""
+    tx.execute(
+        "UPDATE threads SET archived = CASE WHEN EXISTS"
+        " (SELECT 1 FROM messages WHERE thread_id = %s AND archived = 0) THEN 0 ELSE 1 END,"
+        " updated_at = %s WHERE id = %s",
+        (thread_id, now, thread_id),
+    )
