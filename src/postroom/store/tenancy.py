@@ -10,9 +10,12 @@ IDNA A-label); normalising is the service's job.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from postroom.store.db import Row, Tx
+from postroom.store.db import Engine, Row, Tx, member_of
 
 
 @dataclass(frozen=True)
@@ -296,12 +299,20 @@ def insert_domain(
     sending: bool,
     state: str,
     now: int,
+    ownership_token: str | None = None,
+    dkim_selector: str | None = None,
+    dkim_private_sealed: str | None = None,
+    dkim_public: str | None = None,
 ) -> Domain | None:
-    """Insert a domain; None when a domain of that name exists (names are global)."""
+    """Insert a domain; None when a domain of that name exists (names are global).
+
+    ``dkim_private_sealed`` must already be sealed for this ``domain_id`` (the envelope's
+    associated data names the row)."""
     row = tx.fetchone(
         "INSERT INTO domains (id, tenant_id, name, kind, method, routing_mode, receiving,"
-        " sending, state, state_changed_at, created_at, updated_at)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+        " sending, state, state_changed_at, ownership_token, dkim_selector,"
+        " dkim_private_sealed, dkim_public, created_at, updated_at)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
         f" ON CONFLICT DO NOTHING RETURNING {_DOMAIN_COLUMNS}",
         (
             domain_id,
@@ -314,6 +325,10 @@ def insert_domain(
             int(sending),
             state,
             now,
+            ownership_token,
+            dkim_selector,
+            dkim_private_sealed,
+            dkim_public,
             now,
             now,
         ),
@@ -346,13 +361,28 @@ def insert_identity(
     username: str,
     display_name: str,
     now: int,
+    client_id: str | None = None,
+    client_fingerprint: str | None = None,
+    metadata: Mapping[str, str] | None = None,
 ) -> Identity | None:
-    """Insert an active identity; None when the tenant has a live one of that username."""
+    """Insert an active identity; None when the tenant has a live one of that username,
+    or an identity (in any status) with that ``client_id``."""
     row = tx.fetchone(
-        "INSERT INTO identities (id, tenant_id, username, display_name, status,"
-        " created_at, updated_at) VALUES (%s, %s, %s, %s, 'active', %s, %s)"
+        "INSERT INTO identities (id, tenant_id, username, display_name, status, client_id,"
+        " client_fingerprint, metadata_json, created_at, updated_at)"
+        " VALUES (%s, %s, %s, %s, 'active', %s, %s, %s, %s, %s)"
         f" ON CONFLICT DO NOTHING RETURNING {_IDENTITY_COLUMNS}",
-        (identity_id, tenant_id, username, display_name, now, now),
+        (
+            identity_id,
+            tenant_id,
+            username,
+            display_name,
+            client_id,
+            client_fingerprint,
+            _metadata_json(metadata),
+            now,
+            now,
+        ),
     )
     return None if row is None else Identity.from_row(row)
 
@@ -534,3 +564,294 @@ def is_tombstoned(tx: Tx, address_hash: str) -> bool:
         "SELECT 1 AS hit FROM address_tombstones WHERE address_hash = %s", (address_hash,)
     )
     return found is not None
+
+
+# --- what the REST API reads and changes ----------------------------------------------
+
+
+def _metadata_json(metadata: Mapping[str, str] | None) -> str:
+    """Metadata as stored: canonical JSON, non-ASCII escaped (so any string is storable)."""
+    return json.dumps(dict(metadata or {}), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class IdentityDetail:
+    """An identity with the columns the API shows, and its primary address (None once
+    deleted: its addresses moved to the tombstones)."""
+
+    identity: Identity
+    address: str | None
+    client_id: str | None
+    client_fingerprint: str | None
+    signature_text: str | None
+    signature_html: str | None
+    pause_reason: str | None
+    metadata: dict[str, str]
+
+    @classmethod
+    def from_row(cls, row: Row) -> IdentityDetail:
+        metadata = json.loads(row["metadata_json"] or "{}")
+        return cls(
+            identity=Identity.from_row(row),
+            address=row["primary_address"],
+            client_id=row["client_id"],
+            client_fingerprint=row["client_fingerprint"],
+            signature_text=row["signature_text"],
+            signature_html=row["signature_html"],
+            pause_reason=row["pause_reason"],
+            metadata={str(k): str(v) for k, v in metadata.items()},
+        )
+
+
+_IDENTITY_DETAIL_SELECT = (
+    f"SELECT {_prefixed(_IDENTITY_COLUMNS, 'i')}, i.client_id, i.client_fingerprint,"
+    " i.signature_text, i.signature_html, i.pause_reason, i.metadata_json,"
+    " a.address AS primary_address"
+    " FROM identities i"
+    " LEFT JOIN addresses a ON a.identity_id = i.id AND a.role = 'primary'"
+)
+
+# The identity columns update_identity may set.
+_IDENTITY_CHANGEABLE = frozenset(
+    {"display_name", "signature_text", "signature_html", "metadata", "status", "pause_reason"}
+)
+
+
+def get_identity_detail(tx: Tx, identity_id: str) -> IdentityDetail | None:
+    row = tx.fetchone(f"{_IDENTITY_DETAIL_SELECT} WHERE i.id = %s", (identity_id,))
+    return None if row is None else IdentityDetail.from_row(row)
+
+
+def find_identity_by_client_id(tx: Tx, tenant_id: str, client_id: str) -> IdentityDetail | None:
+    """The tenant's identity created with ``client_id``, in any status."""
+    row = tx.fetchone(
+        f"{_IDENTITY_DETAIL_SELECT} WHERE i.tenant_id = %s AND i.client_id = %s",
+        (tenant_id, client_id),
+    )
+    return None if row is None else IdentityDetail.from_row(row)
+
+
+def list_identity_page(
+    tx: Tx,
+    *,
+    tenant_ids: Sequence[str] | None,
+    after: str | None,
+    limit: int,
+    identity_id: str | None = None,
+    status: str | None = None,
+    username: str | None = None,
+) -> list[IdentityDetail]:
+    """Identities in ID order after ``after``: only ``tenant_ids`` unless None, never the
+    system identity, and deleted ones only when ``status`` is 'deleted'."""
+    clauses = ["i.is_system = 0"]
+    params: list[Any] = []
+    if tenant_ids is not None:
+        if not tenant_ids:
+            return []
+        clause, values = member_of(tx, "i.tenant_id", tenant_ids)
+        clauses.append(clause)
+        params.extend(values)
+    if status is None:
+        clauses.append("i.status <> 'deleted'")
+    else:
+        clauses.append("i.status = %s")
+        params.append(status)
+    for column, value in (("i.id", identity_id), ("i.username", username)):
+        if value is not None:
+            clauses.append(f"{column} = %s")
+            params.append(value)
+    if after is not None:
+        clauses.append("i.id > %s")
+        params.append(after)
+    rows = tx.fetchall(
+        f"{_IDENTITY_DETAIL_SELECT} WHERE {' AND '.join(clauses)} ORDER BY i.id LIMIT %s",
+        [*params, limit],
+    )
+    return [IdentityDetail.from_row(row) for row in rows]
+
+
+def count_live_identities(tx: Tx, tenant_id: str) -> int:
+    """The tenant's identities that count against ``max_identities``: not deleted, not
+    the system identity."""
+    count = tx.fetchval(
+        "SELECT count(*) AS n FROM identities"
+        " WHERE tenant_id = %s AND status <> 'deleted' AND is_system = 0",
+        (tenant_id,),
+    )
+    return int(count)
+
+
+def lock_tenant(tx: Tx, tenant_id: str) -> None:
+    """Serialise writers counting the tenant's rows until this transaction ends.
+
+    SQLite has a single writer already; PostgreSQL locks the tenant row."""
+    if tx.engine is Engine.POSTGRESQL:
+        tx.fetchone("SELECT id FROM tenants WHERE id = %s FOR UPDATE", (tenant_id,))
+
+
+def update_identity(tx: Tx, identity_id: str, changes: Mapping[str, Any], now: int) -> bool:
+    """Set the given columns (``metadata`` is a mapping, stored as JSON) of an identity
+    that is not deleted; False when there is none."""
+    unknown = set(changes) - _IDENTITY_CHANGEABLE
+    if unknown:
+        raise ValueError(f"not changeable: {sorted(unknown)}")
+    sets: list[str] = []
+    params: list[Any] = []
+    for column, value in changes.items():
+        if column == "metadata":
+            sets.append("metadata_json = %s")
+            params.append(_metadata_json(value))
+        else:
+            sets.append(f"{column} = %s")
+            params.append(value)
+    sets.append("updated_at = %s")
+    params.append(now)
+    changed = tx.execute(
+        f"UPDATE identities SET {', '.join(sets)} WHERE id = %s AND status <> 'deleted'",
+        [*params, identity_id],
+    )
+    return changed == 1
+
+
+def mark_identity_deleted(tx: Tx, identity_id: str, now: int) -> bool:
+    """Set an identity's status to 'deleted'; False when it already was (or is missing)."""
+    changed = tx.execute(
+        "UPDATE identities SET status = 'deleted', pause_reason = NULL, updated_at = %s"
+        " WHERE id = %s AND status <> 'deleted'",
+        (now, identity_id),
+    )
+    return changed == 1
+
+
+def get_address_by_id(tx: Tx, address_id: str) -> Address | None:
+    row = tx.fetchone(f"SELECT {_ADDRESS_COLUMNS} FROM addresses WHERE id = %s", (address_id,))
+    return None if row is None else Address.from_row(row)
+
+
+@dataclass(frozen=True)
+class AddressDetail:
+    """An address row with its retirement time."""
+
+    address: Address
+    retired_at: int | None
+
+
+def get_address_detail(tx: Tx, address_id: str) -> AddressDetail | None:
+    row = tx.fetchone(
+        f"SELECT {_ADDRESS_COLUMNS}, retired_at FROM addresses WHERE id = %s", (address_id,)
+    )
+    return None if row is None else AddressDetail(Address.from_row(row), row["retired_at"])
+
+
+def list_identity_addresses(
+    tx: Tx, identity_id: str, after: str | None = None, limit: int | None = None
+) -> list[AddressDetail]:
+    """An identity's addresses in every status, in ID order after ``after``."""
+    sql = f"SELECT {_ADDRESS_COLUMNS}, retired_at FROM addresses WHERE identity_id = %s"
+    params: list[Any] = [identity_id]
+    if after is not None:
+        sql += " AND id > %s"
+        params.append(after)
+    sql += " ORDER BY id"
+    if limit is not None:
+        sql += " LIMIT %s"
+        params.append(limit)
+    rows = tx.fetchall(sql, params)
+    return [AddressDetail(Address.from_row(row), row["retired_at"]) for row in rows]
+
+
+def retire_address(tx: Tx, address_id: str, now: int) -> bool:
+    """Retire an address now; the row stays, so it is never reassigned. False when it
+    was retired already."""
+    changed = tx.execute(
+        "UPDATE addresses SET status = 'retired', retired_at = %s, retire_at = NULL,"
+        " updated_at = %s WHERE id = %s AND status <> 'retired'",
+        (now, now, address_id),
+    )
+    return changed == 1
+
+
+def delete_address(tx: Tx, address_id: str) -> None:
+    """Remove an address row (only after its tombstone is written)."""
+    tx.execute("DELETE FROM addresses WHERE id = %s", (address_id,))
+
+
+@dataclass(frozen=True)
+class DomainDetail:
+    """A domain with the columns the API shows (never the sealed private key)."""
+
+    domain: Domain
+    ownership_token: str | None
+    ownership_verified_at: int | None
+    records: list[dict[str, Any]]
+    dkim_selector: str | None
+    dkim_public: str | None
+
+    @classmethod
+    def from_row(cls, row: Row) -> DomainDetail:
+        records = json.loads(row["records_json"] or "[]")
+        return cls(
+            domain=Domain.from_row(row),
+            ownership_token=row["ownership_token"],
+            ownership_verified_at=row["ownership_verified_at"],
+            records=[r for r in records if isinstance(r, dict)],
+            dkim_selector=row["dkim_selector"],
+            dkim_public=row["dkim_public"],
+        )
+
+
+_DOMAIN_DETAIL_SELECT = (
+    f"SELECT {_DOMAIN_COLUMNS}, ownership_token, ownership_verified_at, records_json,"
+    " dkim_selector, dkim_public FROM domains"
+)
+
+
+def get_domain(tx: Tx, domain_id: str) -> Domain | None:
+    row = tx.fetchone(f"SELECT {_DOMAIN_COLUMNS} FROM domains WHERE id = %s", (domain_id,))
+    return None if row is None else Domain.from_row(row)
+
+
+def get_domain_detail(tx: Tx, domain_id: str) -> DomainDetail | None:
+    row = tx.fetchone(f"{_DOMAIN_DETAIL_SELECT} WHERE id = %s", (domain_id,))
+    return None if row is None else DomainDetail.from_row(row)
+
+
+def list_domain_page(
+    tx: Tx, tenant_ids: Sequence[str] | None, after: str | None, limit: int
+) -> list[DomainDetail]:
+    """Domains in ID order after ``after``: the platform domain(s) and the domains of
+    ``tenant_ids`` (every tenant's when None)."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if tenant_ids is not None:
+        if tenant_ids:
+            clause, values = member_of(tx, "tenant_id", tenant_ids)
+            clauses.append(f"(tenant_id IS NULL OR {clause})")
+            params.extend(values)
+        else:
+            clauses.append("tenant_id IS NULL")
+    if after is not None:
+        clauses.append("id > %s")
+        params.append(after)
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    rows = tx.fetchall(f"{_DOMAIN_DETAIL_SELECT}{where} ORDER BY id LIMIT %s", [*params, limit])
+    return [DomainDetail.from_row(row) for row in rows]
+
+
+def get_domain_dkim(tx: Tx, domain_id: str) -> tuple[str, str] | None:
+    """A domain's DKIM selector and sealed private key, or None when it has none."""
+    row = tx.fetchone(
+        "SELECT dkim_selector, dkim_private_sealed FROM domains WHERE id = %s", (domain_id,)
+    )
+    if row is None or row["dkim_selector"] is None or row["dkim_private_sealed"] is None:
+        return None
+    return str(row["dkim_selector"]), str(row["dkim_private_sealed"])
+
+
+def clear_catch_all_into(tx: Tx, identity_id: str, now: int) -> int:
+    """Make every domain delivering catch-all mail to ``identity_id`` literal again."""
+    return tx.execute(
+        "UPDATE domains SET routing_mode = 'literal', catch_all_identity_id = NULL,"
+        " updated_at = %s WHERE catch_all_identity_id = %s",
+        (now, identity_id),
+    )
