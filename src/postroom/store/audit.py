@@ -7,7 +7,7 @@ content or clear addresses (seed 000 audit_log); services keep to that.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,5 +113,75 @@ def list_entries(
     rows = tx.fetchall(
         f"SELECT {_COLUMNS} FROM audit_log{where} ORDER BY created_at DESC, id DESC LIMIT %s",
         [*params, limit],
+    )
+    return [AuditEntry.from_row(row) for row in rows]
+
+
+@dataclass(frozen=True)
+class AuditReach:
+    """The entries a reader may see: all (both None), one tenant's, or a partner's (its
+    tenants' entries and those its own keys wrote)."""
+
+    partner_id: str | None = None
+    tenant_id: str | None = None
+
+    def clause(self) -> tuple[str, list[Any]]:
+        if self.tenant_id is not None:
+            return "tenant_id = %s", [self.tenant_id]
+        if self.partner_id is not None:
+            return (
+                "(tenant_id IN (SELECT id FROM tenants WHERE partner_id = %s)"
+                " OR actor_key_id IN (SELECT id FROM api_keys WHERE partner_id = %s))",
+                [self.partner_id, self.partner_id],
+            )
+        return "1 = 1", []
+
+
+@dataclass(frozen=True)
+class AuditQuery:
+    """Filters of an audit listing; each given one must equal the column."""
+
+    actor_key_id: str | None = None
+    action: str | None = None
+    target_type: str | None = None
+    target_id: str | None = None
+    since: int | None = None  # created_at >= since
+    until: int | None = None  # created_at < until
+
+
+def list_page(
+    tx: Tx,
+    reach: AuditReach,
+    query: AuditQuery,
+    *,
+    before: Sequence[Any] | None,
+    limit: int,
+) -> list[AuditEntry]:
+    """Entries in reach matching ``query``, newest first by (created_at, id), starting
+    after the position ``before`` (a (created_at, id) pair of the previous page)."""
+    scope, params = reach.clause()
+    clauses = [scope]
+    for column, value in (
+        ("actor_key_id", query.actor_key_id),
+        ("action", query.action),
+        ("target_type", query.target_type),
+        ("target_id", query.target_id),
+    ):
+        if value is not None:
+            clauses.append(f"{column} = %s")
+            params.append(value)
+    if query.since is not None:
+        clauses.append("created_at >= %s")
+        params.append(query.since)
+    if query.until is not None:
+        clauses.append("created_at < %s")
+        params.append(query.until)
+    if before is not None:
+        clauses.append("(created_at, id) < (%s, %s)")
+        params.extend(before)
+    rows = tx.fetchall(
+        f"SELECT {_COLUMNS} FROM audit_log WHERE {' AND '.join(clauses)}"
+        " ORDER BY created_at DESC, id DESC LIMIT %s",
+        (*params, limit),
     )
     return [AuditEntry.from_row(row) for row in rows]

@@ -10,12 +10,13 @@ lock serialises concurrent writers on PostgreSQL).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from postroom.clock import to_rfc3339
 from postroom.ids import new_id
-from postroom.store.db import Tx, where_equal
+from postroom.store.db import Row, Tx, where_equal
 
 
 @dataclass(frozen=True)
@@ -84,15 +85,97 @@ def list_events(
     rows = tx.fetchall(
         f"SELECT * FROM events{clause} ORDER BY occurred_at, id LIMIT %s", (*params, limit)
     )
-    return [
-        Event(
-            r["id"],
-            r["type"],
-            r["tenant_id"],
-            r["identity_id"],
-            r["identity_seq"],
-            r["occurred_at"],
-            json.loads(r["payload_json"]),
-        )
-        for r in rows
-    ]
+    return [_event(r) for r in rows]
+
+
+def _event(r: Row) -> Event:
+    return Event(
+        r["id"],
+        r["type"],
+        r["tenant_id"],
+        r["identity_id"],
+        None if r["identity_seq"] is None else int(r["identity_seq"]),
+        int(r["occurred_at"]),
+        json.loads(r["payload_json"]),
+    )
+
+
+@dataclass(frozen=True)
+class EventReach:
+    """The events a reader may see: all (every field None), those of one identity, of
+    one tenant, or of a partner (stamped with the partner, or of its tenants)."""
+
+    partner_id: str | None = None
+    tenant_id: str | None = None
+    identity_id: str | None = None
+
+    def clause(self) -> tuple[str, list[Any]]:
+        if self.identity_id is not None:
+            return "identity_id = %s", [self.identity_id]
+        if self.tenant_id is not None:
+            return "tenant_id = %s", [self.tenant_id]
+        if self.partner_id is not None:
+            return (
+                "(partner_id = %s OR tenant_id IN (SELECT id FROM tenants WHERE partner_id = %s))",
+                [self.partner_id, self.partner_id],
+            )
+        return "1 = 1", []
+
+
+@dataclass(frozen=True)
+class EventQuery:
+    """Filters of an event listing; ``type_prefix`` matches types starting with it."""
+
+    event_type: str | None = None
+    type_prefix: str | None = None
+    identity_id: str | None = None
+    since: int | None = None  # occurred_at >= since
+    until: int | None = None  # occurred_at < until
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def get_event(tx: Tx, event_id: str, reach: EventReach) -> Event | None:
+    """The event, or None when it is missing or outside ``reach``."""
+    scope, params = reach.clause()
+    row = tx.fetchone(f"SELECT * FROM events WHERE id = %s AND {scope}", (event_id, *params))
+    return None if row is None else _event(row)
+
+
+def list_page(
+    tx: Tx,
+    reach: EventReach,
+    query: EventQuery,
+    *,
+    after: Sequence[Any] | None,
+    limit: int,
+) -> list[Event]:
+    """Events in reach matching ``query``, oldest first by (occurred_at, id), starting
+    after the position ``after`` (an (occurred_at, id) pair)."""
+    scope, params = reach.clause()
+    clauses = [scope]
+    if query.event_type is not None:
+        clauses.append("type = %s")
+        params.append(query.event_type)
+    if query.type_prefix:
+        clauses.append("type LIKE %s ESCAPE '\\'")
+        params.append(_escape_like(query.type_prefix) + "%")
+    if query.identity_id is not None:
+        clauses.append("identity_id = %s")
+        params.append(query.identity_id)
+    if query.since is not None:
+        clauses.append("occurred_at >= %s")
+        params.append(query.since)
+    if query.until is not None:
+        clauses.append("occurred_at < %s")
+        params.append(query.until)
+    if after is not None:
+        clauses.append("(occurred_at, id) > (%s, %s)")
+        params.extend(after)
+    rows = tx.fetchall(
+        f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY occurred_at, id LIMIT %s",
+        (*params, limit),
+    )
+    return [_event(r) for r in rows]
