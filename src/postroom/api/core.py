@@ -126,8 +126,12 @@ def _bearer(request: Request) -> str:
     return token.strip()
 
 
-def _deny(app: App, principal: Principal, request: Request, code: str, detail: str) -> Forbidden:
-    """Record an authorization denial in the audit log, then hand back the error."""
+def deny(
+    request: Request, principal: Principal, detail: str, code: str = "permission_denied"
+) -> Forbidden:
+    """Record an authorization denial (``auth.denied``) in the audit log and hand back
+    the 403 to raise. Every 403 a route gives goes through here."""
+    app = app_of(request)
     with app.db.write() as tx:
         audit_service.record(
             app,
@@ -161,13 +165,7 @@ def authenticate(request: Request) -> Principal:
     with app.db.read() as tx:
         _check_standing(tx, key)
     if spec is not None and spec.permission is not None and not principal.has(spec.permission):
-        raise _deny(
-            app,
-            principal,
-            request,
-            "permission_denied",
-            f"this API key lacks the permission {spec.permission}",
-        )
+        raise deny(request, principal, f"this API key lacks the permission {spec.permission}")
     api_keys.touch_last_used(app, key)
     return principal
 

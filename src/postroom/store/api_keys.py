@@ -191,3 +191,36 @@ def touch_last_used(tx: Tx, key_id: str, now: int, min_interval_ms: int = 60_000
         )
         == 1
     )
+
+
+def list_page(
+    tx: Tx,
+    *,
+    partner_id: str | None = None,
+    tenant_id: str | None = None,
+    after: str | None = None,
+    limit: int = 50,
+) -> list[ApiKey]:
+    """Keys in ID (creation) order after ``after``, at most ``limit``.
+
+    ``partner_id``: only that partner's own keys and the keys of the tenants it owns;
+    ``tenant_id``: only that tenant's tenant and identity keys. Both: both must hold.
+    """
+    clauses: list[str] = []
+    params: list[object] = []
+    if partner_id is not None:
+        clauses.append(
+            "(partner_id = %s OR tenant_id IN (SELECT id FROM tenants WHERE partner_id = %s))"
+        )
+        params.extend([partner_id, partner_id])
+    if tenant_id is not None:
+        clauses.append("tenant_id = %s")
+        params.append(tenant_id)
+    if after is not None:
+        clauses.append("id > %s")
+        params.append(after)
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    rows = tx.fetchall(
+        f"SELECT {_COLUMNS} FROM api_keys{where} ORDER BY id LIMIT %s", [*params, limit]
+    )
+    return [ApiKey.from_row(row) for row in rows]

@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from postroom.errors import Conflict, InvalidInput, NotFound, PostroomError
-from postroom.ids import new_id
+from postroom.ids import is_id, new_id
 from postroom.store import api_keys as key_rows
 from postroom.store import tenancy as directory
 from postroom.store.api_keys import ApiKey
 from postroom.store.db import Tx
+from postroom.store.tenancy import Tenant
 from postroom.tenancy import audit
 from postroom.tenancy.permissions import check_level, resolve_permissions
 
@@ -43,13 +44,20 @@ __all__ = [
     "ApiKey",
     "MAX_ROTATION_OVERLAP_MS",
     "ParsedSecret",
+    "Refused",
     "Unauthenticated",
+    "check_grant",
+    "check_rotate",
     "create_key",
     "create_key_in",
+    "creation_scope",
     "format_secret",
     "get_key",
+    "key_in_reach",
+    "list_in_reach",
     "list_keys",
     "parse_secret",
+    "reaches",
     "revoke",
     "rotate",
     "touch_last_used",
@@ -140,7 +148,7 @@ def _resolve_scope(
             )
         if not partner_id:
             raise InvalidInput("a partner key needs a partner", code="invalid_key_scope")
-        partner = directory.get_partner(tx, partner_id)
+        partner = directory.get_partner(tx, partner_id) if is_id(partner_id, "ptn") else None
         if partner is None:
             raise NotFound(f"no partner {partner_id}", code="partner_not_found")
         if partner.status != "active":
@@ -154,7 +162,7 @@ def _resolve_scope(
     if level == "identity":
         if not identity_id:
             raise InvalidInput("an identity key needs an identity", code="invalid_key_scope")
-        identity = directory.get_identity(tx, identity_id)
+        identity = directory.get_identity(tx, identity_id) if is_id(identity_id, "idn") else None
         # Another tenant's identity is answered like a missing one: a caller learns
         # nothing about identities outside its reach.
         if (
@@ -173,7 +181,7 @@ def _resolve_scope(
         raise InvalidInput("a tenant key names no identity", code="invalid_key_scope")
     if not tenant_id:
         raise InvalidInput(f"a {level} key needs a tenant", code="invalid_key_scope")
-    tenant = directory.get_tenant(tx, tenant_id)
+    tenant = directory.get_tenant(tx, tenant_id) if is_id(tenant_id, "ten") else None
     if tenant is None:
         raise NotFound(f"no tenant {tenant_id}", code="tenant_not_found")
     if tenant.status != "active":
@@ -347,7 +355,7 @@ def touch_last_used(app: App, key: ApiKey) -> bool:
 
 
 def _get_in_scope(tx: Tx, key_id: str, tenant_id: str | None) -> ApiKey:
-    key = key_rows.get(tx, key_id)
+    key = key_rows.get(tx, key_id) if is_id(key_id, "key") else None
     # A key outside the asked tenant is answered like a missing one.
     if key is None or (tenant_id is not None and key.tenant_id != tenant_id):
         raise NotFound(f"no API key {key_id}", code="key_not_found")
@@ -431,3 +439,137 @@ def rotate(
         rotated = key_rows.get(tx, key.id)
     assert rotated is not None
     return rotated, secret
+
+
+# --- what a calling key may do with keys (the REST API) --------------------------------
+#
+# A key reaches keys as it reaches tenants: platform keys every key; partner keys their
+# partner's own keys and the keys of the tenants the partner owns; tenant keys the
+# tenant's tenant and identity keys. Identity keys never hold keys:manage. A key outside
+# reach is answered like a missing one (404 key_not_found). Within reach, a key can never
+# hand out a permission it does not hold itself: not by creating a key, and not by
+# rotating one (which would reveal a secret for the rotated key's permissions).
+
+
+class Refused(PostroomError):
+    """The calling key may not do this; the API answers 403 with ``code``
+    (``permission_denied`` or ``permission_escalation``) and audits the denial."""
+
+    code = "permission_denied"
+
+
+def _sees_tenant(caller: ApiKey, tenant: Tenant) -> bool:
+    if caller.level == "platform":
+        return True
+    if caller.level == "partner":
+        return tenant.partner_id is not None and tenant.partner_id == caller.partner_id
+    return caller.level == "tenant" and tenant.id == caller.tenant_id
+
+
+def _tenant_seen(tx: Tx, caller: ApiKey, tenant_id: str) -> Tenant:
+    tenant = directory.get_tenant(tx, tenant_id) if is_id(tenant_id, "ten") else None
+    if tenant is None or not _sees_tenant(caller, tenant):
+        raise NotFound(f"no tenant {tenant_id}", code="tenant_not_found")
+    return tenant
+
+
+def reaches(tx: Tx, caller: ApiKey, key: ApiKey) -> bool:
+    """Whether ``caller`` may see and manage ``key``."""
+    if caller.level == "platform":
+        return True
+    if caller.level == "partner":
+        if key.partner_id is not None:
+            return key.partner_id == caller.partner_id
+        if key.tenant_id is None:
+            return False
+        tenant = directory.get_tenant(tx, key.tenant_id)
+        return tenant is not None and _sees_tenant(caller, tenant)
+    if caller.level == "tenant":
+        return key.tenant_id is not None and key.tenant_id == caller.tenant_id
+    return False
+
+
+def key_in_reach(tx: Tx, caller: ApiKey, key_id: str) -> ApiKey:
+    """The key, or NotFound ``key_not_found`` when it is missing or out of reach."""
+    key = key_rows.get(tx, key_id) if is_id(key_id, "key") else None
+    if key is None or not reaches(tx, caller, key):
+        raise NotFound(f"no API key {key_id}", code="key_not_found")
+    return key
+
+
+def list_in_reach(
+    tx: Tx,
+    caller: ApiKey,
+    *,
+    tenant_id: str | None = None,
+    after: str | None = None,
+    limit: int = 50,
+) -> list[ApiKey]:
+    """Keys in reach in ID order after ``after``; with ``tenant_id`` (which must be in
+    reach, else NotFound ``tenant_not_found``) only that tenant's keys."""
+    if tenant_id is not None:
+        _tenant_seen(tx, caller, tenant_id)
+    if caller.level == "platform":
+        return key_rows.list_page(tx, tenant_id=tenant_id, after=after, limit=limit)
+    if caller.level == "partner":
+        return key_rows.list_page(
+            tx, partner_id=caller.partner_id, tenant_id=tenant_id, after=after, limit=limit
+        )
+    if caller.level == "tenant":
+        return key_rows.list_page(tx, tenant_id=caller.tenant_id, after=after, limit=limit)
+    return []
+
+
+def check_grant(caller: ApiKey, permissions: Iterable[str]) -> None:
+    """Refused ``permission_escalation`` unless ``caller`` holds every one of
+    ``permissions``."""
+    missing = [p for p in permissions if p not in caller.permissions]
+    if missing:
+        raise Refused(
+            "an API key cannot grant permissions it does not hold: " + ", ".join(missing),
+            code="permission_escalation",
+        )
+
+
+def creation_scope(
+    tx: Tx,
+    caller: ApiKey,
+    level: str,
+    *,
+    tenant_id: str | None,
+    identity_id: str | None,
+) -> str | None:
+    """Check that ``caller`` may create a ``level`` key there; returns the tenant the new
+    key belongs in (a tenant key's own tenant when it names none).
+
+    Platform keys create any key. Partner and tenant keys create tenant and identity keys
+    in the tenants they reach (a tenant or identity outside: NotFound), never platform or
+    partner keys (Refused ``permission_denied``). The scope's own rules (what each level
+    must name) are checked when the key is created.
+    """
+    check_level(level)
+    if caller.level == "platform":
+        return tenant_id
+    if level in ("platform", "partner") or caller.level == "identity":
+        raise Refused(f"a {caller.level} key cannot create {level} keys", code="permission_denied")
+    if level == "identity" and identity_id:
+        identity = directory.get_identity(tx, identity_id) if is_id(identity_id, "idn") else None
+        tenant = None
+        if identity is not None and not identity.is_system:
+            tenant = directory.get_tenant(tx, identity.tenant_id)
+        if identity is None or tenant is None or not _sees_tenant(caller, tenant):
+            raise NotFound(f"no identity {identity_id}", code="identity_not_found")
+        if tenant_id is not None and tenant_id != identity.tenant_id:
+            raise NotFound(
+                f"no identity {identity_id} in tenant {tenant_id}", code="identity_not_found"
+            )
+        return identity.tenant_id
+    if tenant_id is None:
+        return caller.tenant_id
+    return _tenant_seen(tx, caller, tenant_id).id
+
+
+def check_rotate(caller: ApiKey, key: ApiKey) -> None:
+    """Rotating reveals a secret with ``key``'s permissions: Refused
+    ``permission_escalation`` unless ``caller`` holds them all."""
+    check_grant(caller, key.permissions)

@@ -13,12 +13,12 @@ from postroom.api.core import (
     Caller,
     app_of,
     decode_cursor,
+    deny,
     endpoint,
     paginate,
     tenant_ids_in_reach,
     tenant_in_reach,
 )
-from postroom.api.errors import Forbidden
 from postroom.api.idempotency import run_idempotent
 from postroom.api.models.common import (
     DEFAULT_LIMIT,
@@ -94,7 +94,7 @@ class PolicyUpdate(Model):
 @endpoint(router, "tenants.create", status_code=201, response_model=TenantOut)
 def create_tenant(body: TenantCreate, request: Request, caller: Caller) -> JSONResponse:
     if caller.level not in ("platform", "partner"):
-        raise Forbidden("only platform and partner keys create tenants", code="permission_denied")
+        raise deny(request, caller, "only platform and partner keys create tenants")
     app = app_of(request)
 
     def action() -> tuple[int, dict[str, object], str | None]:
@@ -142,9 +142,7 @@ def update_tenant(
     with app.db.read() as tx:
         tenant_in_reach(tx, caller, tenant_id)
     if body.status is not None and caller.level not in ("platform", "partner"):
-        raise Forbidden(
-            "only platform and partner keys suspend or resume tenants", code="permission_denied"
-        )
+        raise deny(request, caller, "only platform and partner keys suspend or resume tenants")
     updated = tenants.update_tenant(
         app,
         tenant_id,
@@ -168,6 +166,6 @@ def update_policy(tenant_id: str, body: PolicyUpdate, request: Request, caller: 
     with app.db.read() as tx:
         tenant = tenant_in_reach(tx, caller, tenant_id)
     if caller.level not in ("platform", "partner"):
-        raise Forbidden("only platform and partner keys change policy", code="permission_denied")
+        raise deny(request, caller, "only platform and partner keys change policy")
     changes = body.model_dump(exclude_unset=True)
     return Policy(**tenants.update_policy(app, tenant.id, changes, actor_key_id=caller.key_id))
