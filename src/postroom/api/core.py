@@ -294,12 +294,28 @@ class Cursors:
         return position
 
 
-def decode_cursor(request: Request, cursor: str | None) -> list[Any] | None:
-    """The position a ``cursor`` query parameter names, or None for the first page."""
+def _fits(position: list[Any], shape: Sequence[type]) -> bool:
+    return len(position) == len(shape) and all(
+        isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        for value, kind in zip(position, shape, strict=True)
+    )
+
+
+def decode_cursor(
+    request: Request, cursor: str | None, shape: Sequence[type] | None = None
+) -> list[Any] | None:
+    """The position a ``cursor`` query parameter names, or None for the first page.
+
+    ``shape`` (e.g. ``(int, str)`` for a time and an ID) is checked too: a cursor that
+    does not fit it answers 400 ``invalid_cursor`` like a forged one.
+    """
     if cursor is None or cursor == "":
         return None
     cursors: Cursors = request.app.state.cursors
-    return cursors.decode(_route_name(request) or "", cursor, app_of(request).clock.now_ms())
+    position = cursors.decode(_route_name(request) or "", cursor, app_of(request).clock.now_ms())
+    if shape is not None and not _fits(position, shape):
+        raise ApiError("the cursor is invalid or has expired", code="invalid_cursor")
+    return position
 
 
 def encode_cursor(request: Request, position: Sequence[Any]) -> str:

@@ -15,16 +15,10 @@ from postroom.store.verifications import VerificationRow
 if TYPE_CHECKING:
     from postroom.app import App
 
-__all__ = ["is_position", "list_recent", "position_of"]
+__all__ = ["POSITION_SHAPE", "list_recent", "position_of"]
 
-
-def is_position(position: Sequence[Any]) -> bool:
-    """A sort position as :func:`position_of` makes them."""
-    return (
-        len(position) == 4
-        and all(isinstance(p, int) and not isinstance(p, bool) for p in position[:2])
-        and all(isinstance(p, str) for p in position[2:])
-    )
+# The types of a sort position as :func:`position_of` makes them.
+POSITION_SHAPE: tuple[type, ...] = (int, int, str, str)
 
 
 def position_of(row: VerificationRow) -> list[Any]:

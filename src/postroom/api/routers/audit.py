@@ -12,7 +12,6 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from postroom.api.core import Caller, Principal, app_of, decode_cursor, endpoint, paginate
-from postroom.api.errors import ApiError
 from postroom.api.models.audit import AuditEntryOut
 from postroom.api.models.common import DEFAULT_LIMIT, Cursor, Limit, Page
 from postroom.api.models.query import PRINTABLE, Since, Until, rfc3339_ms
@@ -28,15 +27,6 @@ def reach_of(caller: Principal) -> AuditReach:
     if caller.level == "partner":
         return AuditReach(partner_id=caller.partner_id)
     return AuditReach(tenant_id=caller.tenant_id)
-
-
-def _is_position(position: list[object]) -> bool:
-    return (
-        len(position) == 2
-        and isinstance(position[0], int)
-        and not isinstance(position[0], bool)
-        and isinstance(position[1], str)
-    )
 
 
 @endpoint(router, "audit.list", response_model=Page[AuditEntryOut])
@@ -64,9 +54,7 @@ def list_audit(
     limit: Limit = DEFAULT_LIMIT,
     cursor: Cursor = None,
 ) -> Page[AuditEntryOut]:
-    position = decode_cursor(request, cursor)
-    if position is not None and not _is_position(position):
-        raise ApiError("the cursor is invalid or has expired", code="invalid_cursor")
+    position = decode_cursor(request, cursor, (int, str))
     query = AuditQuery(
         actor_key_id=actor_key_id,
         action=action,

@@ -144,9 +144,7 @@ def list_codes(
     kind: Annotated[Kind, Query(description="`code`, `link` or `any`.")] = "any",
 ) -> Page[RecentVerificationOut]:
     app = app_of(request)
-    position = decode_cursor(request, cursor)
-    if position is not None and not recent.is_position(position):
-        raise ApiError("the cursor is invalid or has expired", code="invalid_cursor")
+    position = decode_cursor(request, cursor, recent.POSITION_SHAPE)
     identity = _check_identity(app, caller, identity_id)
     rows = recent.list_recent(
         app,

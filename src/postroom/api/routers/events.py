@@ -12,7 +12,6 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from postroom.api.core import Caller, Principal, app_of, decode_cursor, endpoint, paginate
-from postroom.api.errors import ApiError
 from postroom.api.models.common import DEFAULT_LIMIT, Cursor, Limit, Page
 from postroom.api.models.events import EventOut
 from postroom.api.models.query import Since, Until, is_plain_id, rfc3339_ms
@@ -31,15 +30,6 @@ def reach_of(caller: Principal) -> EventReach:
     if caller.level == "identity":
         return EventReach(identity_id=caller.identity_id)
     return EventReach(tenant_id=caller.tenant_id)
-
-
-def _is_position(position: list[object]) -> bool:
-    return (
-        len(position) == 2
-        and isinstance(position[0], int)
-        and not isinstance(position[0], bool)
-        and isinstance(position[1], str)
-    )
 
 
 @endpoint(router, "events.list", response_model=Page[EventOut])
@@ -65,9 +55,7 @@ def list_events(
     limit: Limit = DEFAULT_LIMIT,
     cursor: Cursor = None,
 ) -> Page[EventOut]:
-    position = decode_cursor(request, cursor)
-    if position is not None and not _is_position(position):
-        raise ApiError("the cursor is invalid or has expired", code="invalid_cursor")
+    position = decode_cursor(request, cursor, (int, str))
     exact = prefix = None
     if event_type is not None and event_type != "*":
         if event_type.endswith("*"):

@@ -25,7 +25,6 @@ from postroom.api.core import (
     identity_in_reach,
     paginate,
 )
-from postroom.api.errors import ApiError
 from postroom.api.models.common import DEFAULT_LIMIT, Cursor, Limit, Page
 from postroom.api.models.mail import MailUpdate, MessageOut, MessageSummaryOut
 from postroom.api.models.query import Since, Until, rfc3339_ms
@@ -69,17 +68,8 @@ def sees_identity(tx: Tx, caller: Principal, identity_id: str) -> bool:
 
 def position_of(request: Request, cursor: str | None) -> tuple[int, str] | None:
     """A ``(time, id)`` list position from a cursor."""
-    position = decode_cursor(request, cursor)
-    if position is None:
-        return None
-    if (
-        len(position) != 2
-        or not isinstance(position[0], int)
-        or isinstance(position[0], bool)
-        or not isinstance(position[1], str)
-    ):
-        raise ApiError("the cursor is invalid or has expired", code="invalid_cursor")
-    return position[0], position[1]
+    position = decode_cursor(request, cursor, (int, str))
+    return None if position is None else (position[0], position[1])
 
 
 def mail_change(body: MailUpdate) -> mailbox.MailChange:
