@@ -5,11 +5,14 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Response
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers, MutableHeaders, QueryParams
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from postroom import __version__
 from postroom.api import errors
@@ -47,23 +50,125 @@ def _queue_depth(app: App) -> Callable[[], list[tuple[str, str, int]]]:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-async def _refuse_nul(request: Request) -> Response | None:
-    """NUL can be stored by neither engine's text type, and control characters have no
-    place in a path: refuse them up front with a 400 instead of failing deep inside."""
-    query = request.query_params.multi_items()
-    if _CONTROL.search(request.scope.get("path", "")) or any(
-        "\x00" in key or "\x00" in value for key, value in query
-    ):
-        return errors.problem(
-            400, "invalid_character", "the URL contains a control character", request=request
-        )
-    if request.method in ("POST", "PUT", "PATCH"):
-        body = await request.body()
-        if b"\\u0000" in body or b"\x00" in body:
-            return errors.problem(
-                400, "invalid_character", "the body contains a NUL character", request=request
+class RequestContext:
+    """Pure ASGI middleware around every request: the request id (``X-Request-Id``, also
+    carried by a context variable into audit rows), refusal of NUL and control
+    characters, rate-limit headers, metrics and the access log line.
+
+    Pure ASGI rather than Starlette's BaseHTTPMiddleware: the route sees the client's
+    ``http.disconnect`` (long-polls and event streams stop when the client goes away) and
+    streaming responses pass through untouched.
+    """
+
+    def __init__(self, app: ASGIApp, postroom: App) -> None:
+        self.app = app
+        self.postroom = postroom
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        given = headers.get("x-request-id")
+        request_id = given if given and _REQUEST_ID.fullmatch(given) else new_id("req")
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        method = scope["method"]
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                extra = MutableHeaders(scope=message)
+                extra["X-Request-Id"] = request_id
+                decision: Decision | None = state.get("rate_limit")
+                if decision is not None:
+                    extra.update(decision.headers())
+            await send(message)
+
+        replay, refusal = await _screen(scope, receive, request_id)
+        token = REQUEST_ID.set(request_id)
+        try:
+            if refusal is not None:
+                await refusal(scope, receive, send_with_headers)
+            else:
+                await self.app(scope, replay, send_with_headers)
+        finally:
+            REQUEST_ID.reset(token)
+            route = scope.get("route")
+            template = getattr(route, "path", "unmatched")
+            elapsed = time.perf_counter() - started
+            metrics = self.postroom.metrics
+            metrics.http_requests.labels(method, template, str(status)).inc()
+            metrics.http_latency.labels(method, template).observe(elapsed)
+            log.info(
+                "%s %s %s %.1fms request_id=%s",
+                method,
+                template,
+                status,
+                elapsed * 1000,
+                request_id,
             )
-    return None
+
+
+async def _screen(
+    scope: Scope, receive: Receive, request_id: str
+) -> tuple[Receive, Response | None]:
+    """Refuse NUL and control characters up front (neither engine's text type stores NUL;
+    control characters have no place in a path). Returns the receive channel to use (the
+    body, once read for the check, is handed on unchanged) and a refusal, if any."""
+
+    def refuse(detail: str) -> Response:
+        body = {
+            "type": errors.PROBLEM_TYPE_BASE + "invalid_character",
+            "title": "Bad Request",
+            "status": 400,
+            "code": "invalid_character",
+            "detail": detail,
+            "request_id": request_id,
+        }
+        return JSONResponse(body, status_code=400, media_type=errors.PROBLEM_JSON)
+
+    path: str = scope.get("path", "")
+    query = QueryParams(scope.get("query_string", b""))
+    if _CONTROL.search(path) or any(
+        "\x00" in key or "\x00" in value for key, value in query.multi_items()
+    ):
+        return receive, refuse("the URL contains a control character")
+    if scope["method"] not in ("POST", "PUT", "PATCH"):
+        return receive, None
+    chunks: list[bytes] = []
+    ended: Message | None = None
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            ended = message  # the client went away before sending its body
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    if ended is not None:
+        gone_message = ended
+
+        async def gone() -> Message:
+            return gone_message
+
+        return gone, None
+    body = b"".join(chunks)
+    if b"\\u0000" in body or b"\x00" in body:
+        return receive, refuse("the body contains a NUL character")
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay, None
 
 
 PROBLEM_SCHEMA: dict[str, Any] = {
@@ -162,40 +267,5 @@ def create_api(app: App) -> FastAPI:
     for router in ROUTERS:
         api.include_router(router)
 
-    @api.middleware("http")
-    async def context(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        given = request.headers.get("x-request-id")
-        request_id = given if given and _REQUEST_ID.fullmatch(given) else new_id("req")
-        request.state.request_id = request_id
-        refusal = await _refuse_nul(request)
-        if refusal is not None:
-            refusal.headers["X-Request-Id"] = request_id
-            return refusal
-        token = REQUEST_ID.set(request_id)
-        started = time.perf_counter()
-        try:
-            response = await call_next(request)
-        finally:
-            REQUEST_ID.reset(token)
-        route = request.scope.get("route")
-        template = getattr(route, "path", "unmatched")
-        elapsed = time.perf_counter() - started
-        app.metrics.http_requests.labels(request.method, template, str(response.status_code)).inc()
-        app.metrics.http_latency.labels(request.method, template).observe(elapsed)
-        response.headers["X-Request-Id"] = request_id
-        decision: Decision | None = getattr(request.state, "rate_limit", None)
-        if decision is not None:
-            response.headers.update(decision.headers())
-        log.info(
-            "%s %s %s %.1fms request_id=%s",
-            request.method,
-            template,
-            response.status_code,
-            elapsed * 1000,
-            request_id,
-        )
-        return response
-
+    api.add_middleware(RequestContext, postroom=app)
     return api
