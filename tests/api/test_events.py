@@ -101,20 +101,25 @@ def test_each_key_level_sees_only_the_events_in_its_reach(api: ApiWorld) -> None
         "tenant": [in_tenant, of_mine, of_sibling],
         "identity": [of_mine],
     }
+    # The hand-made events sit at T0; the identities' own identity.created events are now.
+    window = {"since": "2026-01-01T00:00:00Z", "until": "2026-01-01T00:01:00Z"}
     for level, headers in keys.items():
-        assert ids(api.client.get("/v1/events", headers=headers)) == sees[level], level
+        listed = api.client.get("/v1/events", params=window, headers=headers)
+        assert ids(listed) == sees[level], level
         for event_id in everything:
             got = api.client.get(f"/v1/events/{event_id}", headers=headers)
             if event_id in sees[level]:
                 assert got.status_code == 200 and got.json()["id"] == event_id
             else:
                 assert got.status_code == 404 and got.json()["code"] == "event_not_found"
-    narrowed = api.client.get("/v1/events", params={"identity_id": sibling}, headers=keys["tenant"])
-    assert ids(narrowed) == [of_sibling]
-    assert (
-        ids(api.client.get("/v1/events", params={"identity_id": sibling}, headers=keys["identity"]))
-        == []
+    narrowed = api.client.get(
+        "/v1/events", params={**window, "identity_id": sibling}, headers=keys["tenant"]
     )
+    assert ids(narrowed) == [of_sibling]
+    foreign = api.client.get(
+        "/v1/events", params={**window, "identity_id": sibling}, headers=keys["identity"]
+    )
+    assert ids(foreign) == []
 
 
 def test_type_filter_is_exact_or_a_prefix(api: ApiWorld) -> None:

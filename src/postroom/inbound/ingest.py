@@ -20,6 +20,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from postroom.events import emit
+from postroom.events.catalogue import MessageReceived
 from postroom.ids import new_id
 from postroom.inbound.accept import INGEST_JOB
 from postroom.inbound.threading import place_message, record_in_thread
@@ -29,7 +31,6 @@ from postroom.mail.domains import organizational_domain
 from postroom.mail.message import ParsedMessage
 from postroom.mail.parse import parse_message
 from postroom.mail.refs import Ref, extract_refs
-from postroom.store import events as event_rows
 from postroom.store import inbound as inbound_rows
 from postroom.store import messages as message_rows
 from postroom.store import search_index
@@ -270,12 +271,9 @@ def store_arrival(tx: Tx, arrival: Arrival, derived: Derived, now: int) -> Store
             refs=[r.value for r in derived.refs],
         ),
     )
-    event = event_rows.insert_event(
-        tx,
-        event_type="message.received",
-        tenant_id=arrival.tenant_id,
-        identity_id=arrival.identity_id,
-        data={
+    # Validated against the catalogue's schema (docs/events.md) as it is built.
+    received = MessageReceived.model_validate(
+        {
             "message_id": arrival.message_id,
             "thread_id": placement.thread_id,
             "source": arrival.source,
@@ -285,8 +283,10 @@ def store_arrival(tx: Tx, arrival: Arrival, derived: Derived, now: int) -> Store
             "size": arrival.raw_size,
             "has_verification": bool(derived.verifications),
             "flags": sorted(flags),
-        },
-        now=now,
+        }
+    )
+    event = emit(
+        tx, received, tenant_id=arrival.tenant_id, identity_id=arrival.identity_id, now=now
     )
     return StoredMessage(arrival.message_id, rowid, placement.thread_id, event.id)
 

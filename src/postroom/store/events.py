@@ -124,13 +124,18 @@ class EventReach:
 
 @dataclass(frozen=True)
 class EventQuery:
-    """Filters of an event listing; ``type_prefix`` matches types starting with it."""
+    """Filters of an event listing; ``type_prefix`` matches types starting with it.
+
+    ``any_type`` (the live stream's ``types``) keeps events matching any of its
+    patterns: a type, or a prefix ending in ``*``; empty keeps every type.
+    """
 
     event_type: str | None = None
     type_prefix: str | None = None
     identity_id: str | None = None
     since: int | None = None  # occurred_at >= since
     until: int | None = None  # occurred_at < until
+    any_type: tuple[str, ...] = ()
 
 
 def _escape_like(text: str) -> str:
@@ -144,6 +149,37 @@ def get_event(tx: Tx, event_id: str, reach: EventReach) -> Event | None:
     return None if row is None else _event(row)
 
 
+def _conditions(reach: EventReach, query: EventQuery) -> tuple[list[str], list[Any]]:
+    scope, params = reach.clause()
+    clauses = [scope]
+    if query.event_type is not None:
+        clauses.append("type = %s")
+        params.append(query.event_type)
+    if query.type_prefix:
+        clauses.append("type LIKE %s ESCAPE '\\'")
+        params.append(_escape_like(query.type_prefix) + "%")
+    if query.any_type and "*" not in query.any_type:
+        alternatives = []
+        for pattern in query.any_type:
+            if pattern.endswith("*"):
+                alternatives.append("type LIKE %s ESCAPE '\\'")
+                params.append(_escape_like(pattern[:-1]) + "%")
+            else:
+                alternatives.append("type = %s")
+                params.append(pattern)
+        clauses.append("(" + " OR ".join(alternatives) + ")")
+    if query.identity_id is not None:
+        clauses.append("identity_id = %s")
+        params.append(query.identity_id)
+    if query.since is not None:
+        clauses.append("occurred_at >= %s")
+        params.append(query.since)
+    if query.until is not None:
+        clauses.append("occurred_at < %s")
+        params.append(query.until)
+    return clauses, params
+
+
 def list_page(
     tx: Tx,
     reach: EventReach,
@@ -154,28 +190,40 @@ def list_page(
 ) -> list[Event]:
     """Events in reach matching ``query``, oldest first by (occurred_at, id), starting
     after the position ``after`` (an (occurred_at, id) pair)."""
-    scope, params = reach.clause()
-    clauses = [scope]
-    if query.event_type is not None:
-        clauses.append("type = %s")
-        params.append(query.event_type)
-    if query.type_prefix:
-        clauses.append("type LIKE %s ESCAPE '\\'")
-        params.append(_escape_like(query.type_prefix) + "%")
-    if query.identity_id is not None:
-        clauses.append("identity_id = %s")
-        params.append(query.identity_id)
-    if query.since is not None:
-        clauses.append("occurred_at >= %s")
-        params.append(query.since)
-    if query.until is not None:
-        clauses.append("occurred_at < %s")
-        params.append(query.until)
+    clauses, params = _conditions(reach, query)
     if after is not None:
         clauses.append("(occurred_at, id) > (%s, %s)")
         params.extend(after)
     rows = tx.fetchall(
         f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY occurred_at, id LIMIT %s",
         (*params, limit),
+    )
+    return [_event(r) for r in rows]
+
+
+def positions_between(
+    tx: Tx, reach: EventReach, query: EventQuery, *, since: int, through: Sequence[Any]
+) -> list[tuple[int, str]]:
+    """The (occurred_at, id) of the events in reach matching ``query`` with
+    ``since <= occurred_at`` and a position at most ``through``: what a follower has
+    passed, read to notice an event that committed after the follower passed its
+    position (a straggler)."""
+    clauses, params = _conditions(reach, query)
+    clauses.append("occurred_at >= %s")
+    clauses.append("(occurred_at, id) <= (%s, %s)")
+    params.extend([since, *through])
+    rows = tx.fetchall(
+        f"SELECT occurred_at, id FROM events WHERE {' AND '.join(clauses)}", tuple(params)
+    )
+    return [(int(r["occurred_at"]), r["id"]) for r in rows]
+
+
+def get_events(tx: Tx, event_ids: Sequence[str]) -> list[Event]:
+    """The events with these ids (those that exist), oldest first."""
+    if not event_ids:
+        return []
+    marks = ", ".join(["%s"] * len(event_ids))
+    rows = tx.fetchall(
+        f"SELECT * FROM events WHERE id IN ({marks}) ORDER BY occurred_at, id", tuple(event_ids)
     )
     return [_event(r) for r in rows]

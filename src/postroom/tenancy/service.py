@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from postroom.config import normalize_domain
 from postroom.errors import Conflict, InvalidInput, NotFound
+from postroom.events import emit
+from postroom.events.catalogue import IdentityCreated, IdentityDeleted, IdentityUpdated
 from postroom.ids import is_id, new_id
 from postroom.store import api_keys as key_rows
 from postroom.store import tenancy as directory
@@ -449,6 +451,13 @@ def create_identity(
             # IDs only: the username and domain together would spell the clear address.
             details={"address_id": row.id, "domain_id": found.id},
         )
+        emit(
+            tx,
+            IdentityCreated(address_id=row.id, domain_id=found.id, client_id=client_id),
+            tenant_id=owner.id,
+            identity_id=identity.id,
+            now=now,
+        )
     return NewIdentity(identity, row)
 
 
@@ -553,6 +562,19 @@ def update_identity(
                 actor_key_id=actor_key_id,
                 details=details,
             )
+            emit(
+                tx,
+                IdentityUpdated.model_validate(
+                    {
+                        "fields": details["fields"],
+                        "status": columns.get("status", identity.status),
+                        "status_changed": "status" in columns,
+                    }
+                ),
+                tenant_id=identity.tenant_id,
+                identity_id=identity.id,
+                now=now,
+            )
         updated = directory.get_identity_detail(tx, identity.id)
     assert updated is not None
     return updated
@@ -596,6 +618,15 @@ def delete_identity(app: App, identity_id: str, *, actor_key_id: str | None = No
                 "address_ids": [entry.address.id for entry in addresses],
                 "keys_revoked": revoked,
             },
+        )
+        emit(
+            tx,
+            IdentityDeleted(
+                address_ids=[entry.address.id for entry in addresses], keys_revoked=revoked
+            ),
+            tenant_id=identity.tenant_id,
+            identity_id=identity.id,
+            now=now,
         )
 
 
