@@ -140,6 +140,31 @@ def _parse_str_list(raw: Any, source: _Source) -> tuple[str, ...]:
     raise ValueError("expected a list of strings (comma-separated in the environment)")
 
 
+def _parse_seconds_list(raw: Any, source: _Source) -> tuple[float, ...]:
+    """A list of durations in seconds (comma-separated in the environment), each > 0."""
+    items: list[Any]
+    if isinstance(raw, str):
+        items = [part.strip() for part in raw.split(",") if part.strip()]
+    elif isinstance(raw, list | tuple):
+        items = list(raw)
+    else:
+        raise ValueError("expected a list of seconds (comma-separated in the environment)")
+    values: list[float] = []
+    for item in items:
+        if isinstance(item, bool):
+            raise ValueError("expected numbers of seconds")
+        try:
+            value = float(item)
+        except (TypeError, ValueError):
+            raise ValueError(f"expected numbers of seconds, got {item!r}") from None
+        if not 0 < value <= 7 * 86_400:
+            raise ValueError(f"each delay must be over 0 and at most 7 days, got {item!r}")
+        values.append(value)
+    if not 1 <= len(values) <= 30:
+        raise ValueError("expected 1 to 30 delays")
+    return tuple(values)
+
+
 _HOST_RE = re.compile(r"^[A-Za-z0-9.-]+$|^[0-9A-Fa-f:.]+$")
 
 
@@ -494,6 +519,52 @@ class Settings:
         "list",
         "Extra Python modules whose register(registry) adds job handlers (plugins).",
         default=(),
+    )
+    webhooks_allow_insecure: bool = setting(
+        "webhooks.allow_insecure",
+        _parse_bool,
+        "boolean",
+        "Accept http:// webhook URLs (development only); otherwise https is required.",
+        default=False,
+    )
+    webhooks_allow_loopback: bool = setting(
+        "webhooks.allow_loopback",
+        _parse_bool,
+        "boolean",
+        "Let webhooks reach loopback addresses (127.0.0.0/8, ::1), for development and "
+        "tests; every other private or special address stays refused.",
+        default=False,
+    )
+    webhooks_timeout_seconds: float = setting(
+        "webhooks.timeout_seconds",
+        _float_parser(0.1, 60),
+        "number",
+        "Longest one webhook delivery attempt may take, connecting and reading included.",
+        default=15.0,
+    )
+    webhooks_retry_schedule: tuple[float, ...] = setting(
+        "webhooks.retry_schedule",
+        _parse_seconds_list,
+        "list",
+        "Delays in seconds before each retry of a failed webhook delivery (jittered by "
+        "up to 20%); after the last, the delivery is dead.",
+        default="5,300,1800,7200,18000,36000,36000",
+    )
+    webhooks_disable_after_hours: float = setting(
+        "webhooks.disable_after_hours",
+        _float_parser(0.001, 8760),
+        "number",
+        "An endpoint whose deliveries have failed without a success for this long is "
+        "disabled (webhook.disabled).",
+        default=120.0,
+    )
+    webhooks_dispatch_poll_ms: int = setting(
+        "webhooks.dispatch_poll_ms",
+        _int_parser(5, 60_000),
+        "integer",
+        "How often the webhook dispatcher looks for new events to fan out into delivery "
+        "jobs; with worker.poll_interval_ms it bounds the delay before a delivery starts.",
+        default=100,
     )
     log_level: str = setting(
         "log.level",

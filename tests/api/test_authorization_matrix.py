@@ -44,12 +44,17 @@ BODIES: dict[str, dict[str, Any]] = {
     "keys.rotate": {"overlap_seconds": 0},
     "threads.update": {"read": True, "archived": True},
     "messages.update": {"read": True, "archived": True},
+    "webhooks.create": {"url": "https://hooks.matrix.example/new"},
+    "webhooks.update": {"description": "Renamed"},
+    "webhooks.replay": {"since": "2026-01-01T00:00:00Z"},
 }
 # Query parameters a route needs (the long poll waits at most a second).
 QUERIES: dict[str, dict[str, Any]] = {
     "codes.wait": {"timeout": 1},
     "search.identity": {"q": "verification"},
     "search.tenant": {"q": "verification"},
+    # The stream shows only new events unless told where to start; it ends after a second.
+    "events.stream": {"since": "2000-01-01T00:00:00Z", "max_seconds": 1},
 }
 # Tables a refused call must leave as they were; api_keys minus last_used_at (written on
 # every authenticated call), audit_log gets the denials.
@@ -151,7 +156,8 @@ class World:
         a = self.tenant_a
         traces = {a, CODE}
         with self.app.db.read() as tx:
-            for table in ("identities", "domains", "api_keys", "threads", "messages", "events"):
+            tables = ("identities", "domains", "api_keys", "threads", "messages", "events")
+            for table in (*tables, "webhook_endpoints"):
                 traces |= {
                     r["id"]
                     for r in tx.fetchall(f"SELECT id FROM {table} WHERE tenant_id = %s", (a,))
@@ -238,6 +244,12 @@ def _build(app: Any, client: Any, engine: str) -> World:
     (message_id,) = deliver(app, _message_with_attachment(alice_address, CODE), alice_address)
     deliver(app, _message_with_attachment(bob_address, "731064"), bob_address)
     a_key, _ = api_keys.create_key(app, "tenant", tenant_id=tenant_a, name="A's key")
+    from postroom.webhooks.endpoints import PLATFORM, NewEndpoint
+    from postroom.webhooks.endpoints import create as create_webhook
+
+    webhook, _secret = create_webhook(
+        app, PLATFORM, NewEndpoint(url="https://hooks.matrix-a.example/in", tenant_id=tenant_a)
+    )
     with app.db.read() as tx:
         message = tx.fetchone("SELECT rowid, thread_id FROM messages WHERE id = %s", (message_id,))
         assert message is not None
@@ -266,6 +278,7 @@ def _build(app: Any, client: Any, engine: str) -> World:
             "message_id": message_id,
             "attachment_id": attachment,
             "event_id": event,
+            "webhook_id": webhook.id,
         },
         tenant_a=tenant_a,
         tenant_b=tenant_b,

@@ -44,8 +44,11 @@ CHECKS = [
 ]
 EXAMPLES = {GenerationMode.POSITIVE: 15, GenerationMode.NEGATIVE: 10}
 # The long poll (codes.wait) waits up to its timeout for a code that never comes: it
-# runs with a few examples and the smallest timeout, one second.
-SLOW = {"codes.wait": 2}
+# runs with a few examples and the smallest timeout, one second. The live event stream
+# (events.stream) never ends by itself: it runs with a few examples, each bounded by
+# max_seconds.
+SLOW = {"codes.wait": 2, "events.stream": 3}
+STREAM_SECONDS = 0.5
 ORDER = {"GET": 0, "POST": 1, "PATCH": 2, "DELETE": 3}
 OPERATIONS = sorted(ROUTES.values(), key=lambda spec: ORDER[spec.method])
 
@@ -109,6 +112,13 @@ def _world(app: Any, client: Any) -> tuple[str, dict[str, str]]:
             ),
         }
     ids["domain_id"] = domain.json()["id"]
+    hook = client.post(
+        "/v1/webhooks",
+        json={"url": "https://hooks.fuzzed.example/in", "tenant_id": tenant},
+        headers={"Authorization": f"Bearer {platform}"},
+    )
+    assert hook.status_code == 201, hook.text
+    ids["webhook_id"] = hook.json()["id"]
     assert all(ids.values()), ids
     return platform, ids
 
@@ -199,6 +209,8 @@ def test_operation_conforms_to_the_schema(
     def check(case: Any) -> None:
         if spec.name == "codes.wait":
             case.query = {**(case.query or {}), "timeout": 1}
+        if spec.name == "events.stream":
+            case.query = {**(case.query or {}), "max_seconds": STREAM_SECONDS}
         response = case.call(headers=target.headers)
         case.validate_response(response, checks=CHECKS)
 

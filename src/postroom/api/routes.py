@@ -198,9 +198,69 @@ _TABLE: Final[tuple[RouteSpec, ...]] = (
         "Search one inbox",
     ),
     RouteSpec("search.tenant", "GET", "/v1/search", "messages:read", "Search every inbox in reach"),
-    # --- events and audit ---
+    # --- events, webhooks and audit ---
+    RouteSpec(
+        "events.stream",
+        "GET",
+        "/v1/events/stream",
+        "events:read",
+        "Follow events live (Server-Sent Events)",
+    ),
     RouteSpec("events.list", "GET", "/v1/events", "events:read", "List events"),
     RouteSpec("events.get", "GET", "/v1/events/{event_id}", "events:read", "Get an event"),
+    RouteSpec(
+        "webhooks.create", "POST", "/v1/webhooks", "webhooks:manage", "Create a webhook endpoint"
+    ),
+    RouteSpec("webhooks.list", "GET", "/v1/webhooks", "webhooks:manage", "List webhook endpoints"),
+    RouteSpec(
+        "webhooks.get",
+        "GET",
+        "/v1/webhooks/{webhook_id}",
+        "webhooks:manage",
+        "Get a webhook endpoint",
+    ),
+    RouteSpec(
+        "webhooks.update",
+        "PATCH",
+        "/v1/webhooks/{webhook_id}",
+        "webhooks:manage",
+        "Change, enable or disable a webhook endpoint",
+    ),
+    RouteSpec(
+        "webhooks.delete",
+        "DELETE",
+        "/v1/webhooks/{webhook_id}",
+        "webhooks:manage",
+        "Delete a webhook endpoint",
+    ),
+    RouteSpec(
+        "webhooks.rotate",
+        "POST",
+        "/v1/webhooks/{webhook_id}/rotate-secret",
+        "webhooks:manage",
+        "Give an endpoint a new signing secret, the old one signing for an overlap",
+    ),
+    RouteSpec(
+        "webhooks.test",
+        "POST",
+        "/v1/webhooks/{webhook_id}/test",
+        "webhooks:manage",
+        "Send a test event to an endpoint",
+    ),
+    RouteSpec(
+        "webhooks.deliveries",
+        "GET",
+        "/v1/webhooks/{webhook_id}/deliveries",
+        "webhooks:manage",
+        "List an endpoint's delivery attempts",
+    ),
+    RouteSpec(
+        "webhooks.replay",
+        "POST",
+        "/v1/webhooks/{webhook_id}/replay",
+        "webhooks:manage",
+        "Deliver one event, or the events of a time range, to an endpoint again",
+    ),
     RouteSpec("audit.list", "GET", "/v1/audit", "audit:read", "List audit log entries"),
 )
 

@@ -29,16 +29,27 @@ def run_maintenance(ctx: JobContext) -> None:
 
 
 def default_schedules() -> list[Schedule]:
-    return [Schedule("maintenance.hourly", "maintenance.run", HOUR_MS)]
+    from postroom.webhooks.dispatch import DISPATCH_JOB, SCHEDULE_ID, WINDOW_MS
+
+    return [
+        Schedule("maintenance.hourly", "maintenance.run", HOUR_MS),
+        # Each occasion's job sweeps the event outbox for its whole window.
+        Schedule(SCHEDULE_ID, DISPATCH_JOB, WINDOW_MS),
+    ]
 
 
 def default_registry(settings: Settings) -> HandlerRegistry:
     """Built-in handlers plus those of the modules named in worker.handler_modules."""
     from postroom.inbound.ingest import INGEST_JOB, handle_ingest
+    from postroom.webhooks.delivery import deliver_handler
+    from postroom.webhooks.dispatch import DISPATCH_JOB, run_dispatcher
+    from postroom.webhooks.endpoints import DELIVER_JOB
 
     registry = HandlerRegistry()
     registry.register(INGEST_JOB, handle_ingest)
     registry.register("maintenance.run", run_maintenance)
+    registry.register(DISPATCH_JOB, run_dispatcher)
+    registry.register(DELIVER_JOB, deliver_handler())
     for module_name in settings.worker_handler_modules:
         registry.load_module(module_name)
     return registry

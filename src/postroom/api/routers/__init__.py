@@ -14,8 +14,10 @@ from postroom.api.routers import (
     keys,
     messages,
     search,
+    stream,
     tenants,
     threads,
+    webhooks,
 )
 
 ROUTERS: list[APIRouter] = [
@@ -28,6 +30,8 @@ ROUTERS: list[APIRouter] = [
     messages.router,
     codes.router,
     search.router,
+    stream.router,  # before events: /v1/events/stream must not match /v1/events/{event_id}
     events.router,
+    webhooks.router,
     audit.router,
 ]
