@@ -1,4 +1,5 @@
-"""Search over the API: ranked words, marked snippets, hostile queries, reach."""
+"""Search over the API: the query language, ranked hits with marked snippets, totals,
+fuzzy fallback, hostile and malformed queries (422 with the position), reach."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import time
 import uuid
 from typing import Any
 
-from postroom.mailbox.search import highlight, query_terms
 from postroom.testing.api import ApiWorld
 from postroom.testing.mail import deliver, make_message
 
@@ -53,6 +53,7 @@ def test_diacritics_fold_and_hostile_queries_never_fail(api: ApiWorld) -> None:
     found = hits(api, url, headers, q="cafe")
     assert [h["message_id"] for h in found] == [cafe]
     assert "<mark>Café</mark>" in found[0]["snippet"]
+    assert "**Café**" in found[0]["snippet_text"]
     for q in (
         '"a" AND (NEAR',
         "near(a b)",
@@ -63,21 +64,52 @@ def test_diacritics_fold_and_hostile_queries_never_fail(api: ApiWorld) -> None:
         "' OR 1=1 --",
         "\u0000x",
         "x" * 999,
+        "from:\"' OR 1=1",
+        "subject:(a OR b)",
+        "ref:::",
+        "larger:99999999999999999999",
     ):
         response = api.client.get(url, params={"q": q}, headers=headers)
         assert response.status_code in (200, 400, 422), (q, response.text)
-    near = hits(api, url, headers, q='"a" AND (NEAR')
-    assert [h["message_id"] for h in near] == [cafe]
-    for q in ("", "   ", "!!! ... ((", "*"):
+        if response.status_code != 200:
+            assert response.json()["code"] in ("invalid_query", "invalid_character"), q
+    assert [h["message_id"] for h in hits(api, url, headers, q='"a" AND NEAR')] == [cafe]
+    for q, position in (("", 0), ("   ", 0), ("!!! ... ((", 9), ("*", 0), ("in:nowhere", 3)):
         response = api.client.get(url, params={"q": q}, headers=headers)
         assert response.status_code == 422, q
-        assert response.json()["code"] == "invalid_query"
+        body = response.json()
+        assert body["code"] == "invalid_query" and body["position"] == position, (q, body)
+        assert f"position {position}" in body["detail"]
     missing = api.client.get(url, headers=headers)
     assert missing.status_code == 422
     too_many = api.client.get(
-        url, params={"q": " ".join(f"w{n}" for n in range(17))}, headers=headers
+        url, params={"q": " ".join(f"w{n}" for n in range(33))}, headers=headers
     )
     assert too_many.status_code == 422 and too_many.json()["code"] == "invalid_query"
+
+
+def test_language_sort_group_total_and_fuzzy(api: ApiWorld) -> None:
+    identity, address = api.identity("dora")
+    first = send(api, address, subject="Invoice 7", body="first", message_id="i7@x.example")
+    answer = send(api, address, subject="Re: Invoice 7", body="paid", in_reply_to="i7@x.example")
+    other = send(api, address, subject="Holiday plans", body="invoice later")
+    url = f"/v1/identities/{identity}/search"
+    page = api.client.get(url, params={"q": "invoice"}, headers=api.headers()).json()
+    assert page["total"] == 3 and page["fuzzy"] is False
+    assert {h["thread_hits"] for h in page["data"]} == {None}
+    by_date = hits(api, url, api.headers(), q="invoice", sort="date")
+    assert [h["message_id"] for h in by_date] == [other, answer, first]
+    grouped = api.client.get(
+        url, params={"q": "invoice", "group": "thread"}, headers=api.headers()
+    ).json()
+    assert grouped["total"] == 2
+    assert sorted(h["thread_hits"] for h in grouped["data"]) == [1, 2]
+    narrowed = hits(api, url, api.headers(), q="subject:invoice -paid")
+    assert [h["message_id"] for h in narrowed] == [first]
+    fuzzy = api.client.get(url, params={"q": "holdiay"}, headers=api.headers()).json()
+    assert fuzzy["fuzzy"] is True and [h["message_id"] for h in fuzzy["data"]] == [other]
+    bad = api.client.get(url, params={"q": "x", "sort": "size"}, headers=api.headers())
+    assert bad.status_code == 422 and bad.json()["code"] == "validation_failed"
 
 
 def test_pages_of_hits(api: ApiWorld) -> None:
@@ -96,6 +128,13 @@ def test_pages_of_hits(api: ApiWorld) -> None:
         if cursor is None:
             break
     assert sorted(seen) == sorted(made) and len(seen) == 5
+    first = api.client.get(url, params={"q": "report", "limit": 2}, headers=api.headers()).json()
+    assert first["total"] == 5
+    reused = api.client.get(
+        url, params={"q": "quarterly", "limit": 2, "cursor": first["next_cursor"]},
+        headers=api.headers(),
+    )  # fmt: skip
+    assert reused.status_code == 400 and reused.json()["code"] == "invalid_cursor"
 
 
 def test_reach_of_identity_and_tenant_search(api: ApiWorld) -> None:
@@ -140,16 +179,3 @@ def test_reach_of_identity_and_tenant_search(api: ApiWorld) -> None:
         "/v1/search", params={"q": " ", "tenant_id": home}, headers=api.headers()
     )
     assert blank.status_code == 422 and blank.json()["code"] == "invalid_query"
-
-
-def test_query_words_and_snippets_are_plain_functions() -> None:
-    assert query_terms('"a" AND (NEAR b*') == ["a", "AND", "NEAR", "b"]
-    assert query_terms("x x X") == ["x"]
-    text = "<script>alert('x')</script> the order 42 & more " + "word " * 100
-    marked = highlight(text, ["order"])
-    assert marked is not None
-    assert marked.startswith("&lt;script&gt;") and "<mark>order</mark>" in marked
-    assert "<script>" not in marked and marked.endswith("…")
-    assert highlight("nothing here", ["absent"]) is None
-    far = highlight("lead " * 100 + "needle tail", ["needle"])
-    assert far is not None and far.startswith("…") and "<mark>needle</mark> tail" in far

@@ -1,48 +1,61 @@
-"""Keyword search over the lexical index: the query as words, ranked hits, snippets.
+"""Keyword search: a query in the language of docs/search.md, ranked hits, snippets.
 
-The query language (``from:``, ``label:``, phrases, ...) comes later; today ``q`` is
-words. A word is a run of letters and digits; everything else separates words, so no
-character a user types can reach the index as syntax (FTS5 operators, quotes,
-parentheses, ``NEAR``, ``*``, NUL bytes): each word is matched as itself and every word
-must occur (AND). Matching folds case and diacritics, like both indexes do.
+One search: the query is parsed (:func:`postroom.search.query.parse`; a malformed one
+raises ``QueryError``, code ``invalid_query``, with the position) and compiled for the
+engine; one statement returns the page, ranked (FTS5 ``bm25`` / ``ts_rank_cd``, ties
+newest first) or newest first (``sort="date"``), one hit per thread with
+``group="thread"``. The total is counted up to 10,000 (``total_exact`` is False past
+it). When the exact query finds nothing, the trigram fallback looks for the query's
+words with typos in subjects, participants and refs (``fuzzy=True``).
 
 The FTS5 tables are contentless and PostgreSQL's ``ts_headline`` would re-parse whole
-bodies, so snippets are cut here, from the first characters of the message's text: a
-window around the first matched word, HTML-escaped, each matched word in ``<mark>``.
+bodies, so snippets are cut here from the first characters of the message's text: the
+window holding the most distinct matched words, in two forms — HTML-escaped with each
+match in ``<mark>``, and plain text with each match between ``**``.
 """
 
 from __future__ import annotations
 
+import functools
 import html
+import json
 import re
 import unicodedata
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from postroom.errors import InvalidInput
+from postroom.errors import NotFound
 from postroom.mailbox.messages import Person
+from postroom.search.compiler import Compiled, compile_query, fold, positive_terms
+from postroom.search.query import QueryError, parse
 from postroom.store import messages as message_rows
 from postroom.store import search_index
-from postroom.store.db import Tx
+from postroom.store import tenancy as directory
+from postroom.store.db import Row, Tx
 from postroom.store.search_index import SearchScope
 
 __all__ = [
-    "MAX_TERMS",
+    "MAX_OFFSET",
+    "QueryError",
     "SearchHit",
+    "SearchResult",
     "fold",
     "highlight",
-    "query_terms",
+    "scope_for",
     "search",
+    "similarity",
 ]
 
-MAX_TERMS = 16
-MAX_TERM_CHARS = 64
 MAX_OFFSET = 10_000
 # How much of a message's text a snippet is looked for in.
 SNIPPET_SCAN_CHARS = 20_000
 SNIPPET_CHARS = 200
 _SNIPPET_LEAD = 60
+FUZZY_MIN_SIMILARITY = 0.3
 
 _WORD = re.compile(r"[^\W_]+")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
 @dataclass(frozen=True)
@@ -55,97 +68,302 @@ class SearchHit:
     received_at: int
     score: float
     snippet: str
+    snippet_text: str
+    thread_hits: int | None = None
 
 
-def fold(word: str) -> str:
-    """Case and diacritics folded, as ``unicode61 remove_diacritics 2`` and
-    ``unaccent`` + ``simple`` compare words."""
-    decomposed = unicodedata.normalize("NFKD", word)
-    return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
+@dataclass(frozen=True)
+class SearchResult:
+    hits: list[SearchHit]
+    total: int
+    total_exact: bool
+    fuzzy: bool
 
 
-def query_terms(q: str) -> list[str]:
-    """The words of a query, in order, without repeats; InvalidInput ``invalid_query``
-    when there is none."""
-    words = _WORD.findall(unicodedata.normalize("NFC", q))
-    terms: list[str] = []
-    for word in words:
-        word = word[:MAX_TERM_CHARS]
-        if word.casefold() not in (t.casefold() for t in terms):
-            terms.append(word)
-    if not terms:
-        raise InvalidInput("the query has no words to search for", code="invalid_query")
-    if len(terms) > MAX_TERMS:
-        raise InvalidInput(f"a query has at most {MAX_TERMS} words", code="invalid_query")
-    return terms
+Matcher = Callable[[str], bool]
 
 
-def highlight(text: str | None, terms: list[str], width: int = SNIPPET_CHARS) -> str | None:
-    """A window of ``text`` around the first word matching a term: HTML-escaped, every
-    matching word wrapped in ``<mark>``; None when no word matches."""
+def _matcher(words: Iterable[tuple[str, bool]]) -> Matcher:
+    """Whether a word of the text matches one of ``(folded word, is prefix)``."""
+    exact = {w for w, prefix in words if not prefix and not _CJK.search(w)}
+    prefixes = tuple(w for w, prefix in words if prefix)
+    inside = tuple(w for w, prefix in words if not prefix and _CJK.search(w))
+
+    @functools.lru_cache(maxsize=16_384)
+    def matches(token: str) -> bool:
+        folded = fold(token)
+        return (
+            folded in exact
+            or (bool(prefixes) and folded.startswith(prefixes))
+            or any(w in folded for w in inside)
+        )
+
+    return matches
+
+
+def highlight(
+    text: str | None, matches: Matcher, width: int = SNIPPET_CHARS
+) -> tuple[str, str] | None:
+    """The window of ``text`` holding the most distinct matching words, as (HTML with
+    ``<mark>``, plain text with ``**``); None when no word matches."""
     if not text:
         return None
-    wanted = {fold(t) for t in terms}
     flat = " ".join(unicodedata.normalize("NFC", text).split())
-    first = next((m for m in _WORD.finditer(flat) if fold(m.group()) in wanted), None)
-    if first is None:
+    found = [m for m in _WORD.finditer(flat) if matches(m.group())][:200]
+    if not found:
         return None
-    start = max(0, first.start() - _SNIPPET_LEAD)
+    best, best_count = found[0], 0
+    for i, first in enumerate(found):
+        limit = first.start() + width - _SNIPPET_LEAD
+        distinct = {fold(m.group()) for m in found[i:] if m.end() <= limit}
+        if len(distinct) > best_count:
+            best, best_count = first, len(distinct)
+    start = max(0, best.start() - _SNIPPET_LEAD)
     if start > 0:
-        space = flat.find(" ", start, first.start())
+        space = flat.find(" ", start, best.start())
         start = space + 1 if space != -1 else start
     end = min(len(flat), start + width)
     if end < len(flat):
-        space = flat.rfind(" ", first.end(), end)
+        space = flat.rfind(" ", best.end(), end)
         end = space if space != -1 else end
     window = flat[start:end]
-    parts: list[str] = []
+    marked: list[str] = []
+    plain: list[str] = []
     pos = 0
     for m in _WORD.finditer(window):
-        if fold(m.group()) in wanted:
-            parts.append(html.escape(window[pos : m.start()]))
-            parts.append(f"<mark>{html.escape(m.group())}</mark>")
+        if matches(m.group()):
+            marked.append(html.escape(window[pos : m.start()]))
+            marked.append(f"<mark>{html.escape(m.group())}</mark>")
+            plain.append(window[pos : m.start()] + f"**{m.group()}**")
             pos = m.end()
-    parts.append(html.escape(window[pos:]))
-    return ("…" if start > 0 else "") + "".join(parts) + ("…" if end < len(flat) else "")
+    marked.append(html.escape(window[pos:]))
+    plain.append(window[pos:])
+    lead = "…" if start > 0 else ""
+    tail = "…" if end < len(flat) else ""
+    return lead + "".join(marked) + tail, lead + "".join(plain) + tail
 
 
-def search(tx: Tx, q: str, scope: SearchScope, *, offset: int, limit: int) -> list[SearchHit]:
-    """Ranked hits ``offset`` .. ``offset + limit`` of the query in the scope."""
-    terms = query_terms(q)
-    if offset > MAX_OFFSET:
+# --- fuzzy matching ------------------------------------------------------------------
+
+
+def _grams(word: str) -> set[str]:
+    padded = f"  {word} "
+    return {padded[i : i + 3] for i in range(len(padded) - 2)}
+
+
+def _edits(a: str, b: str, bound: int) -> int:
+    """Optimal string alignment distance (a swap of neighbours is one edit), stopping
+    past ``bound``."""
+    if abs(len(a) - len(b)) > bound:
+        return bound + 1
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        current = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                current[j] = min(current[j], previous2[j - 2] + 1)
+        previous2, previous = previous, current
+    return previous[-1]
+
+
+@functools.lru_cache(maxsize=65_536)
+def similarity(word: str, token: str) -> float:
+    """How alike two folded words are: pg_trgm's trigram similarity, raised to 0.5 for a
+    word one edit away (two for words of eight letters or more)."""
+    a, b = _grams(word), _grams(token)
+    score = len(a & b) / len(a | b)
+    bound = 2 if len(word) >= 8 else 1
+    if score < 0.5 and len(word) >= 4 and _edits(word, token, bound) <= bound:
+        score = 0.5
+    return score
+
+
+def _short_words(row: Row) -> set[str]:
+    people: list[str] = [row.get("from_address") or "", row.get("from_name") or ""]
+    for column in ("to_json", "cc_json"):
+        for person in _json_list(row.get(column)):
+            if isinstance(person, dict):
+                people.extend(str(person.get(k) or "") for k in ("address", "name"))
+    text = " ".join([row.get("subject") or "", *people, *row.get("refs", [])])
+    return {fold(w) for w in _WORD.findall(text)}
+
+
+def _json_list(text: Any) -> list[Any]:
+    try:
+        value = json.loads(text or "[]")
+    except ValueError:
         return []
-    ranked = search_index.ranked_matches(tx, terms, scope, offset=offset, limit=limit)
+    return value if isinstance(value, list) else []
+
+
+def _fuzzy(rows: list[Row], words: tuple[str, ...]) -> list[tuple[Row, float, set[str]]]:
+    """The rows where every word has a near match, with the mean best similarity and
+    the words of the row that matched."""
+    kept = []
+    for row in rows:
+        tokens = _short_words(row)
+        if not tokens:
+            continue
+        scores, matched = [], set()
+        for word in words:
+            best, hit = max(((similarity(word, t), t) for t in sorted(tokens)), default=(0.0, ""))
+            if best < FUZZY_MIN_SIMILARITY:
+                break
+            scores.append(best)
+            matched.add(hit)
+        else:
+            kept.append((row, sum(scores) / len(scores), matched))
+    return kept
+
+
+# --- the search ----------------------------------------------------------------------
+
+
+def _hit(row: Row, score: float, matches: Matcher | None, thread_hits: int | None) -> SearchHit:
+    sender = Person(row["from_address"], row["from_name"]) if row.get("from_address") else None
+    candidates = (
+        row.get("extracted_head"),
+        row.get("text_head"),
+        row.get("subject"),
+        " ".join(x for x in (row.get("from_name"), row.get("from_address")) if x),
+    )
+    snippet = None
+    if matches is not None:
+        marked = (highlight(c, matches) for c in candidates)
+        snippet = next((s for s in marked if s is not None), None)
+    if snippet is None:
+        plain = row.get("snippet") or ""
+        snippet = (html.escape(plain), plain)
+    return SearchHit(
+        message_id=row["id"],
+        thread_id=row["thread_id"],
+        identity_id=row["identity_id"],
+        subject=row.get("subject"),
+        sender=sender,
+        received_at=int(row["received_at"]),
+        score=round(score, 6),
+        snippet=snippet[0],
+        snippet_text=snippet[1],
+        thread_hits=thread_hits,
+    )
+
+
+def _hits(
+    tx: Tx, ranked: list[tuple[int, float, int | None]], matches: Matcher | None
+) -> list[SearchHit]:
     rows = {
         int(r["rowid"]): r
-        for r in message_rows.search_rows(tx, [rowid for rowid, _ in ranked], SNIPPET_SCAN_CHARS)
+        for r in message_rows.search_rows(tx, [r[0] for r in ranked], SNIPPET_SCAN_CHARS)
     }
-    hits = []
-    for rowid, score in ranked:
-        row = rows.get(rowid)
-        if row is None:
-            continue
-        sender = Person(row["from_address"], row["from_name"]) if row.get("from_address") else None
-        candidates = (
-            row.get("extracted_head"),
-            row.get("text_head"),
-            row.get("subject"),
-            " ".join(x for x in (row.get("from_name"), row.get("from_address")) if x),
-        )
-        snippet = next(
-            (s for s in (highlight(c, terms) for c in candidates) if s is not None),
-            html.escape(row.get("snippet") or ""),
-        )
-        hits.append(
-            SearchHit(
-                message_id=row["id"],
-                thread_id=row["thread_id"],
-                identity_id=row["identity_id"],
-                subject=row.get("subject"),
-                sender=sender,
-                received_at=int(row["received_at"]),
-                score=round(score, 6),
-                snippet=snippet,
-            )
-        )
-    return hits
+    return [
+        _hit(rows[rowid], score, matches, count) for rowid, score, count in ranked if rowid in rows
+    ]
+
+
+def search(
+    tx: Tx,
+    q: str,
+    scope: SearchScope,
+    *,
+    offset: int,
+    limit: int,
+    now_ms: int,
+    sort: str = "relevance",
+    group: str | None = None,
+) -> SearchResult:
+    """Hits ``offset`` .. ``offset + limit`` of the query in the scope."""
+    node = parse(q)
+    plan = compile_query(tx.engine, node, now_ms)
+    by_date, threads = sort == "date", group == "thread"
+    if offset > MAX_OFFSET:
+        return SearchResult([], 0, True, False)
+    words = [
+        (fold(w), t.prefix and i == len(t.words) - 1)
+        for t in positive_terms(node)
+        for i, w in enumerate(t.words)
+    ]
+    page = search_index.ranked_page(
+        tx, plan, scope, by_date=by_date, group_threads=threads, offset=offset, limit=limit
+    )
+    if page and len(page) < limit:
+        total = offset + len(page)
+    elif page or offset > 0:
+        total = search_index.bounded_count(tx, plan, scope, group_threads=threads)
+    else:
+        total = 0
+    if total == 0:
+        fuzzy = _fuzzy_search(tx, plan, scope, by_date, threads, offset, limit)
+        if fuzzy is not None:
+            return fuzzy
+    ranked = [(r.rowid, r.score, r.thread_hits if threads else None) for r in page]
+    return SearchResult(
+        _hits(tx, ranked, _matcher(words) if words else None),
+        min(total, search_index.COUNT_BOUND),
+        total <= search_index.COUNT_BOUND,
+        False,
+    )
+
+
+def _fuzzy_search(
+    tx: Tx,
+    plan: Compiled,
+    scope: SearchScope,
+    by_date: bool,
+    threads: bool,
+    offset: int,
+    limit: int,
+) -> SearchResult | None:
+    """The trigram fallback; None when the query has no word for it or it finds
+    nothing."""
+    if not plan.fuzzy_words:
+        return None
+    kept = _fuzzy(search_index.fuzzy_rows(tx, plan, scope), plan.fuzzy_words)
+    if not kept:
+        return None
+    if by_date:
+        kept.sort(key=lambda k: (-int(k[0]["received_at"]), -int(k[0]["rowid"])))
+    else:
+        kept.sort(key=lambda k: (-k[1], -int(k[0]["received_at"]), -int(k[0]["rowid"])))
+    counts: dict[str, int] = {}
+    for row, _, _ in kept:
+        counts[row["thread_id"]] = counts.get(row["thread_id"], 0) + 1
+    if threads:
+        seen: set[str] = set()
+        unique = []
+        for item in kept:
+            if item[0]["thread_id"] not in seen:
+                seen.add(item[0]["thread_id"])
+                unique.append(item)
+        kept = unique
+    matched = {w for _, _, words in kept for w in words}
+    ranked = [
+        (int(row["rowid"]), score, counts[row["thread_id"]] if threads else None)
+        for row, score, _ in kept[offset : offset + limit]
+    ]
+    hits = _hits(tx, ranked, _matcher((w, False) for w in matched))
+    return SearchResult(hits, len(kept), True, True)
+
+
+def scope_for(tx: Tx, identity: str | None, tenant: str | None) -> SearchScope:
+    """The scope the CLI names: an identity by ID or address, else a tenant by ID or
+    slug, else the default tenant. NotFound when it names nothing live."""
+    if identity is not None:
+        found = directory.get_identity(tx, identity) if identity.startswith("idn_") else None
+        if found is None and "@" in identity:
+            route = directory.lookup_address(tx, identity.strip().lower())
+            found = directory.get_identity(tx, route.identity_id) if route else None
+        if found is None or found.is_system or found.status == "deleted":
+            raise NotFound(f"no identity {identity[:80]!r}", code="identity_not_found")
+        return SearchScope(identity_id=found.id)
+    if tenant is not None:
+        named = directory.get_tenant(tx, tenant) or directory.get_tenant_by_slug(tx, tenant)
+        if named is None:
+            raise NotFound(f"no tenant {tenant[:80]!r}", code="tenant_not_found")
+        return SearchScope(tenant_id=named.id)
+    default = directory.get_default_tenant(tx)
+    if default is None:
+        raise NotFound("no default tenant: run postroom init", code="tenant_not_found")
+    return SearchScope(tenant_id=default.id)

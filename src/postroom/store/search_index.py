@@ -12,9 +12,11 @@ for the 300th kilobyte of a message.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from postroom.store.db import Engine, Tx
+from postroom.search.compiler import Compiled, Sql, fuzzy_candidates
+from postroom.store.db import Engine, Row, Tx, member_of
 
 MAX_SUBJECT_CHARS = 2_000
 MAX_PARTICIPANTS = 64
@@ -60,6 +62,14 @@ class SearchDocument:
         return " ".join((self.subject, self.participants, self.refs))[:MAX_SHORT_CHARS]
 
 
+_WORD = re.compile(r"[^\W_]+")
+
+
+def words_only(text: str) -> str:
+    """The runs of letters and digits of ``text``, one space between them."""
+    return " ".join(_WORD.findall(text))
+
+
 def index_message(tx: Tx, message_rowid: int, identity_id: str, doc: SearchDocument) -> None:
     if tx.engine is Engine.SQLITE:
         tx.execute(
@@ -80,6 +90,10 @@ def index_message(tx: Tx, message_rowid: int, identity_id: str, doc: SearchDocum
             (message_rowid, doc.subject, doc.participants, doc.refs),
         )
         return
+    # PostgreSQL's parser keeps e-mail addresses, host names and paths whole
+    # (``ann@example.com`` is one lexeme); FTS5's unicode61 splits them into words. Text
+    # goes to to_tsvector as its runs of letters and digits, so both engines index the
+    # same words and a query means the same thing on either.
     tx.execute(
         "INSERT INTO message_search (message_rowid, identity_id, document, short_text)"
         " VALUES (%s, %s,"
@@ -91,10 +105,10 @@ def index_message(tx: Tx, message_rowid: int, identity_id: str, doc: SearchDocum
         (
             message_rowid,
             identity_id,
-            doc.subject,
-            doc.participants,
-            doc.body_new,
-            " ".join((doc.body_full, doc.attachments, doc.refs)),
+            words_only(doc.subject),
+            words_only(doc.participants),
+            words_only(doc.body_new),
+            words_only(" ".join((doc.body_full, doc.attachments, doc.refs))),
             doc.short_text,
         ),
     )
@@ -132,10 +146,15 @@ def match_words(tx: Tx, identity_id: str, words: str, limit: int = 50) -> list[s
     return [str(r["id"]) for r in rows]
 
 
-# --- ranked search for the API (mailbox services) --------------------------------------
+# --- the query language's statements (postroom.search.compiler builds their parts) -----
 
 # FTS5 bm25 column weights: subject, participants, body_new, body_full, attachments, refs.
-BM25_WEIGHTS = (10.0, 5.0, 3.0, 1.0, 2.0, 2.0)
+BM25_WEIGHTS = (10.0, 5.0, 3.0, 1.0, 2.0, 1.5)
+# ts_rank_cd weights in PostgreSQL's order {D, C, B, A}: D full text + attachment names +
+# refs, C new text, B participants, A subject.
+TS_WEIGHTS = "{0.1, 0.3, 0.5, 1.0}"
+COUNT_BOUND = 10_000
+FUZZY_CANDIDATES = 1_000
 
 
 @dataclass(frozen=True)
@@ -146,50 +165,183 @@ class SearchScope:
     identity_id: str | None = None
     tenant_id: str | None = None
 
-
-def fts5_query(terms: list[str]) -> str:
-    """Every term as a quoted FTS5 string, ANDed: user text is never FTS5 syntax."""
-    return " AND ".join('"' + t.replace('"', '""') + '"' for t in terms)
-
-
-def ranked_matches(
-    tx: Tx, terms: list[str], scope: SearchScope, *, offset: int, limit: int
-) -> list[tuple[int, float]]:
-    """(message rowid, score) of messages whose indexed text holds every term, best
-    first (higher score is better; ties newest rowid first).
-
-    SQLite ranks with FTS5 ``bm25`` (weighted per column, negated so higher is better);
-    PostgreSQL with ``ts_rank_cd`` over the weighted tsvector.
-    """
-    if not terms:
-        return []
-    if scope.identity_id is not None:
-        where = "m.identity_id = %s"
-        scope_params: list[object] = [scope.identity_id]
-    elif scope.tenant_id is not None:
-        where = (
-            "m.tenant_id = %s AND m.identity_id IN (SELECT id FROM identities"
-            " WHERE tenant_id = %s AND is_system = 0 AND status <> 'deleted')"
-        )
-        scope_params = [scope.tenant_id, scope.tenant_id]
-    else:
+    def sql(self) -> Sql:
+        if self.identity_id is not None:
+            return Sql("m.identity_id = %s", (self.identity_id,))
+        if self.tenant_id is not None:
+            return Sql(
+                "m.tenant_id = %s AND m.identity_id IN (SELECT id FROM identities"
+                " WHERE tenant_id = %s AND is_system = 0 AND status <> 'deleted')",
+                (self.tenant_id, self.tenant_id),
+            )
         raise ValueError("a search needs an identity or a tenant")
-    if tx.engine is Engine.SQLITE:
+
+
+def _source(plan: Compiled, scope: SearchScope, *, ranked: bool) -> Sql:
+    """``FROM ... WHERE ...`` of a plan, and the ``score`` column when ``ranked``."""
+    where = scope.sql()
+    if plan.engine is Engine.SQLITE:
         weights = ", ".join(str(w) for w in BM25_WEIGHTS)
-        rows = tx.fetchall(
-            f"SELECT m.rowid AS rowid, bm25(fts, {weights}) AS rank"
-            " FROM fts JOIN messages AS m ON m.rowid = fts.rowid"
-            f" WHERE fts MATCH %s AND {where}"
-            " ORDER BY rank, m.rowid DESC LIMIT %s OFFSET %s",
-            (fts5_query(terms), *scope_params, limit, offset),
+        if plan.drive is not None:
+            bm25 = f"-bm25(fts, {weights})" if ranked else "0"
+            head = Sql(
+                f"SELECT m.rowid AS rowid, m.thread_id AS thread_id,"
+                f" m.received_at AS received_at, {bm25} AS score"
+                " FROM fts JOIN messages AS m ON m.rowid = fts.rowid WHERE fts MATCH %s AND ",
+                (plan.drive,),
+            )
+            return head + where + Sql(" AND ") + plan.where
+        if plan.rank is not None and ranked:
+            head = Sql(
+                "SELECT m.rowid AS rowid, m.thread_id AS thread_id,"
+                " m.received_at AS received_at, coalesce(-rk.r, 0) AS score FROM messages AS m"
+                f" LEFT JOIN (SELECT rowid, bm25(fts, {weights}) AS r FROM fts"
+                " WHERE fts MATCH %s) AS rk ON rk.rowid = m.rowid WHERE ",
+                (plan.rank,),
+            )
+        else:
+            head = Sql(
+                "SELECT m.rowid AS rowid, m.thread_id AS thread_id,"
+                " m.received_at AS received_at, 0 AS score FROM messages AS m WHERE "
+            )
+        return head + where + Sql(" AND ") + plan.where
+    if plan.drive is not None:
+        # to_tsquery of a constant is folded when the statement is planned, so the GIN
+        # index answers the match (a to_tsquery in FROM hides it from the planner).
+        query = Sql("to_tsquery('postroom', %s)", (plan.drive,))
+        score = (
+            Sql(f"ts_rank_cd('{TS_WEIGHTS}', s.document, ") + query + Sql(")")
+            if ranked
+            else Sql("0")
         )
-        return [(int(r["rowid"]), -float(r["rank"])) for r in rows]
-    rows = tx.fetchall(
-        "SELECT m.rowid AS rowid, ts_rank_cd(s.document, q.query) AS rank"
-        " FROM plainto_tsquery('postroom', %s) AS q(query), message_search AS s"
-        " JOIN messages AS m ON m.rowid = s.message_rowid"
-        f" WHERE s.document @@ q.query AND {where}"
-        " ORDER BY rank DESC, m.rowid DESC LIMIT %s OFFSET %s",
-        (" ".join(terms), *scope_params, limit, offset),
+        head = (
+            Sql("SELECT m.rowid AS rowid, m.thread_id AS thread_id, m.received_at AS received_at, ")
+            + score
+            + Sql(
+                " AS score FROM message_search AS s JOIN messages AS m"
+                " ON m.rowid = s.message_rowid WHERE s.document @@ "
+            )
+            + query
+            + Sql(" AND ")
+        )
+        return head + where + Sql(" AND ") + plan.where
+    score_sql = Sql("0")
+    if plan.rank is not None and ranked:
+        score_sql = Sql(
+            f"coalesce(ts_rank_cd('{TS_WEIGHTS}', s.document, to_tsquery('postroom', %s)), 0)",
+            (plan.rank,),
+        )
+    head = (
+        Sql("SELECT m.rowid AS rowid, m.thread_id AS thread_id, m.received_at AS received_at, ")
+        + score_sql
+        + Sql(
+            " AS score FROM messages AS m"
+            " LEFT JOIN message_search AS s ON s.message_rowid = m.rowid WHERE "
+        )
     )
-    return [(int(r["rowid"]), float(r["rank"])) for r in rows]
+    return head + where + Sql(" AND ") + plan.where
+
+
+_BY_RANK = " ORDER BY score DESC, received_at DESC, rowid DESC"
+_BY_DATE = " ORDER BY received_at DESC, rowid DESC"
+
+
+@dataclass(frozen=True)
+class RankedRow:
+    rowid: int
+    score: float
+    thread_hits: int
+
+
+def _rows(rows: list[Row]) -> list[RankedRow]:
+    return [
+        RankedRow(int(r["rowid"]), float(r["score"] or 0), int(r.get("thread_hits") or 1))
+        for r in rows
+    ]
+
+
+def ranked_page(
+    tx: Tx,
+    plan: Compiled,
+    scope: SearchScope,
+    *,
+    by_date: bool,
+    group_threads: bool,
+    offset: int,
+    limit: int,
+) -> list[RankedRow]:
+    """One page of hits, best first (or newest first ``by_date``); with
+    ``group_threads`` one row per thread — its best message — and how many of the
+    thread's messages match."""
+    inner = _source(plan, scope, ranked=not by_date)
+    order = _BY_DATE if by_date else _BY_RANK
+    if not group_threads:
+        stmt = Sql("SELECT * FROM (") + inner + Sql(f") AS x{order} LIMIT %s OFFSET %s")
+    else:
+        within = "x.received_at DESC, x.rowid DESC"
+        if not by_date:
+            within = "x.score DESC, " + within
+        stmt = (
+            Sql(
+                "SELECT * FROM (SELECT x.*, row_number() OVER (PARTITION BY x.thread_id"
+                f" ORDER BY {within}) AS rn,"
+                " count(*) OVER (PARTITION BY x.thread_id) AS thread_hits FROM ("
+            )
+            + inner
+            + Sql(f") AS x) AS y WHERE y.rn = 1{order} LIMIT %s OFFSET %s")
+        )
+    rows = tx.fetchall(stmt.text, (*stmt.params, limit, offset))
+    return _rows(rows)
+
+
+def bounded_count(tx: Tx, plan: Compiled, scope: SearchScope, *, group_threads: bool) -> int:
+    """How many hits (or threads), counted up to ``COUNT_BOUND + 1``."""
+    inner = _source(plan, scope, ranked=False)
+    if group_threads:
+        stmt = (
+            Sql("SELECT count(*) AS n FROM (SELECT DISTINCT x.thread_id FROM (")
+            + inner
+            + Sql(") AS x LIMIT %s) AS c")
+        )
+    else:
+        stmt = Sql("SELECT count(*) AS n FROM (") + inner + Sql(" LIMIT %s) AS c")
+    return int(tx.fetchval(stmt.text, (*stmt.params, COUNT_BOUND + 1)))
+
+
+def fuzzy_rows(tx: Tx, plan: Compiled, scope: SearchScope) -> list[Row]:
+    """Candidates for the trigram fallback, newest first: rows sharing a trigram with a
+    fuzzy word in subject, participants or refs, that pass the query's other conditions;
+    with the short fields to check them against."""
+    if not plan.fuzzy_words:
+        return []
+    candidates = fuzzy_candidates(plan.engine, plan.fuzzy_words)
+    join = ""
+    if plan.engine is Engine.POSTGRESQL:
+        join = " LEFT JOIN message_search AS s ON s.message_rowid = m.rowid"
+    stmt = (
+        Sql(
+            "SELECT m.rowid AS rowid, m.thread_id AS thread_id, m.received_at AS received_at,"
+            " m.subject AS subject, m.from_address AS from_address, m.from_name AS from_name,"
+            " m.to_json AS to_json, m.cc_json AS cc_json FROM messages AS m"
+            f"{join} WHERE "
+        )
+        + scope.sql()
+        + Sql(" AND ")
+        + candidates
+        + Sql(" AND ")
+        + plan.fuzzy_where
+        + Sql(" ORDER BY m.received_at DESC, m.rowid DESC LIMIT %s")
+    )
+    rows = tx.fetchall(stmt.text, (*stmt.params, FUZZY_CANDIDATES))
+    if rows:
+        refs = _ref_values(tx, [int(r["rowid"]) for r in rows])
+        rows = [{**r, "refs": refs.get(int(r["rowid"]), [])} for r in rows]
+    return rows
+
+
+def _ref_values(tx: Tx, rowids: list[int]) -> dict[int, list[str]]:
+    among, params = member_of(tx, "message_rowid", rowids)
+    found: dict[int, list[str]] = {}
+    for r in tx.fetchall(f"SELECT message_rowid, value FROM refs WHERE {among}", params):
+        found.setdefault(int(r["message_rowid"]), []).append(str(r["value"]))
+    return found

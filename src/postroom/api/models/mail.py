@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints
 
@@ -253,9 +253,17 @@ class SearchHitOut(Out):
     subject: str | None
     from_: PersonOut | None = Field(alias="from")
     received_at: str
-    score: float = Field(description="Relevance; higher is better; compare within one search.")
+    score: float = Field(
+        description="Relevance; higher is better; compare within one search (0 with sort=date)."
+    )
     snippet: str = Field(
-        description="HTML: escaped text around the first match, matched words in <mark>."
+        description="HTML: escaped text of the passage that matches best, matched words in <mark>."
+    )
+    snippet_text: str = Field(
+        description="The same passage as plain text, matched words between ** and **."
+    )
+    thread_hits: int | None = Field(
+        description="With group=thread: how many of the thread's messages match; else null."
     )
 
     @classmethod
@@ -269,5 +277,24 @@ class SearchHitOut(Out):
             "received_at": time_req(hit.received_at),
             "score": hit.score,
             "snippet": hit.snippet,
+            "snippet_text": hit.snippet_text,
+            "thread_hits": hit.thread_hits,
         }
         return cls(**fields)
+
+
+class SearchPageOut(Out):
+    """A page of search hits with the bounded total."""
+
+    data: list[SearchHitOut]
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` (with the same q, sort and group) to get the next page;"
+        " null on the last page."
+    )
+    total: int | Literal["10000+"] = Field(
+        description='Hits (threads with group=thread), exact up to 10,000, then "10000+".'
+    )
+    fuzzy: bool = Field(
+        description="True when the exact query found nothing and these hits come from the"
+        " trigram fallback (typos in subjects, participants and refs)."
+    )
