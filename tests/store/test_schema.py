@@ -151,6 +151,7 @@ EXPECTED_SCHEMA = {
             "events_partner_time",
             "events_pending",
             "events_tenant_time",
+            "events_time",
         ],
     },
     "idempotency_records": {
