@@ -289,6 +289,7 @@ EXPECTED_SCHEMA = {
             "messages_identity_time",
             "messages_parent",
             "messages_rfcid",
+            "messages_search",
             "messages_status",
             "messages_thread",
         ],

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import functools
 import html
+import itertools
 import json
 import re
 import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from postroom.errors import NotFound
 from postroom.mailbox.messages import Person
@@ -83,22 +84,114 @@ class SearchResult:
 Matcher = Callable[[str], bool]
 
 
-def _matcher(words: Iterable[tuple[str, bool]]) -> Matcher:
-    """Whether a word of the text matches one of ``(folded word, is prefix)``."""
-    exact = {w for w, prefix in words if not prefix and not _CJK.search(w)}
-    prefixes = tuple(w for w, prefix in words if prefix)
-    inside = tuple(w for w, prefix in words if not prefix and _CJK.search(w))
+class _WordMatcher:
+    """Whether a word of the text matches one of ``(folded word, is prefix)``; with
+    ``ascii``, one regular expression finding those words in ASCII text (where folding
+    is lower-casing), so a long text is not walked word by word in Python."""
 
-    @functools.lru_cache(maxsize=16_384)
-    def matches(token: str) -> bool:
+    def __init__(self, words: Iterable[tuple[str, bool]]) -> None:
+        pairs = list(words)
+        self.exact = {w for w, prefix in pairs if not prefix and not _CJK.search(w)}
+        self.prefixes = tuple(w for w, prefix in pairs if prefix)
+        self.inside = tuple(w for w, prefix in pairs if not prefix and _CJK.search(w))
+        self.matches: Matcher = functools.lru_cache(maxsize=16_384)(self._matches)
+        # An ASCII word folds to itself lower-cased, so only ASCII query words can match
+        # in ASCII text, and a regex over word boundaries finds exactly those tokens.
+        alternatives = sorted(
+            [re.escape(w) for w in self.exact if w.isascii()]
+            + [re.escape(w) + r"[^\W_]*" for w in self.prefixes if w.isascii()],
+            key=len,
+            reverse=True,
+        )
+        body = "|".join(alternatives) if alternatives else r"(?!x)x"
+        # Group 1: a whole ASCII token that matches (ASCII-only case folding); group 2:
+        # a token with a non-ASCII character, for the word-by-word check.
+        self.mixed = re.compile(
+            rf"(?<![^\W_])(?:((?ai:{body}))|(?=[^\W_]*[^\x00-\x7f])([^\W_]+))(?![^\W_])"
+        )
+        # Searched in lower-cased ASCII text: no look-behind, so a single word is found
+        # by re's fast literal search; the word start is checked in _found.
+        self.ascii = re.compile(rf"(?:{body})(?![^\W_])")
+
+    def _matches(self, token: str) -> bool:
         folded = fold(token)
         return (
-            folded in exact
-            or (bool(prefixes) and folded.startswith(prefixes))
-            or any(w in folded for w in inside)
+            folded in self.exact
+            or (bool(self.prefixes) and folded.startswith(self.prefixes))
+            or any(w in folded for w in self.inside)
         )
 
-    return matches
+    def __call__(self, token: str) -> bool:
+        return bool(self.matches(token))
+
+
+def _matcher(words: Iterable[tuple[str, bool]]) -> Matcher:
+    """Whether a word of the text matches one of ``(folded word, is prefix)``."""
+    return _WordMatcher(words)
+
+
+class _Span:
+    """A matching word of ASCII text, found in its lower-cased copy."""
+
+    __slots__ = ("_end", "_start", "_text")
+
+    def __init__(self, text: str, start: int, end: int) -> None:
+        self._text, self._start, self._end = text, start, end
+
+    def start(self) -> int:
+        return self._start
+
+    def end(self) -> int:
+        return self._end
+
+    def group(self) -> str:
+        return self._text[self._start : self._end]
+
+
+class _Found(Protocol):
+    def start(self) -> int: ...
+    def end(self) -> int: ...
+    def group(self) -> str: ...
+
+
+def _found(flat: str, matches: Matcher) -> list[_Found]:
+    """The first 200 matching words of ``flat``."""
+    if isinstance(matches, _WordMatcher) and flat.isascii():
+        lowered = flat.lower()
+        spans = (
+            _Span(flat, m.start(), m.end())
+            for m in matches.ascii.finditer(lowered)
+            if not m.start() or not lowered[m.start() - 1].isalnum()
+        )
+        return list(itertools.islice(spans, 200))
+    if isinstance(matches, _WordMatcher):
+        check = matches.matches
+        hits = (m for m in matches.mixed.finditer(flat) if m.group(1) or check(m.group(2)))
+        return list(itertools.islice(hits, 200))
+    return list(itertools.islice((m for m in _WORD.finditer(flat) if matches(m.group())), 200))
+
+
+def _best(found: list[_Found], width: int) -> _Found:
+    """The first match of the window (``width`` less the lead) holding the most distinct
+    matching words."""
+    best, best_count = found[0], 0
+    counts: dict[str, int] = {}
+    end = 0
+    for i, first in enumerate(found):
+        end = max(end, i)
+        limit = first.start() + width - _SNIPPET_LEAD
+        while end < len(found) and found[end].end() <= limit:
+            word = fold(found[end].group())
+            counts[word] = counts.get(word, 0) + 1
+            end += 1
+        if len(counts) > best_count:
+            best, best_count = first, len(counts)
+        if i < end:
+            word = fold(first.group())
+            counts[word] -= 1
+            if not counts[word]:
+                del counts[word]
+    return best
 
 
 def highlight(
@@ -108,16 +201,11 @@ def highlight(
     ``<mark>``, plain text with ``**``); None when no word matches."""
     if not text:
         return None
-    flat = " ".join(unicodedata.normalize("NFC", text).split())
-    found = [m for m in _WORD.finditer(flat) if matches(m.group())][:200]
+    flat = " ".join((text if text.isascii() else unicodedata.normalize("NFC", text)).split())
+    found = _found(flat, matches)
     if not found:
         return None
-    best, best_count = found[0], 0
-    for i, first in enumerate(found):
-        limit = first.start() + width - _SNIPPET_LEAD
-        distinct = {fold(m.group()) for m in found[i:] if m.end() <= limit}
-        if len(distinct) > best_count:
-            best, best_count = first, len(distinct)
+    best = _best(found, width)
     start = max(0, best.start() - _SNIPPET_LEAD)
     if start > 0:
         space = flat.find(" ", start, best.start())
@@ -130,12 +218,11 @@ def highlight(
     marked: list[str] = []
     plain: list[str] = []
     pos = 0
-    for m in _WORD.finditer(window):
-        if matches(m.group()):
-            marked.append(html.escape(window[pos : m.start()]))
-            marked.append(f"<mark>{html.escape(m.group())}</mark>")
-            plain.append(window[pos : m.start()] + f"**{m.group()}**")
-            pos = m.end()
+    for m in _found(window, matches):
+        marked.append(html.escape(window[pos : m.start()]))
+        marked.append(f"<mark>{html.escape(m.group())}</mark>")
+        plain.append(window[pos : m.start()] + f"**{m.group()}**")
+        pos = m.end()
     marked.append(html.escape(window[pos:]))
     plain.append(window[pos:])
     lead = "…" if start > 0 else ""

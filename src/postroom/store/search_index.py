@@ -13,6 +13,8 @@ for the 300th kilobyte of a message.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from postroom.search.compiler import Compiled, Sql, fuzzy_candidates
@@ -177,34 +179,71 @@ class SearchScope:
         raise ValueError("a search needs an identity or a tenant")
 
 
-def _source(plan: Compiled, scope: SearchScope, *, ranked: bool) -> Sql:
-    """``FROM ... WHERE ...`` of a plan, and the ``score`` column when ``ranked``."""
+# SQLite keeps ``received_at`` after the message's text in the row, so reading it from
+# the table walks the row's overflow pages: statements read it (and ``thread_id``) from
+# the ``messages_search`` index instead (0005), and the text match is a rowid list.
+_SQLITE_COLUMNS = "SELECT m.rowid AS rowid, m.thread_id AS thread_id, m.received_at AS received_at"
+_SQLITE_MESSAGES = " FROM messages AS m INDEXED BY messages_search"
+
+
+# Up to this many text matches, each is looked up in messages by row ID (a few overflow
+# reads cost less than reading the identity's whole index range).
+FEW_MATCHES = 200
+
+
+def _sqlite_matches(tx: Tx, plan: Compiled) -> int | None:
+    """How many documents the text match finds on SQLite (FTS5 counts from its doclists,
+    without ranking), or None when nothing drives the statement."""
+    if plan.engine is not Engine.SQLITE or plan.drive is None:
+        return None
+    return int(tx.fetchval("SELECT count(*) AS n FROM fts WHERE fts MATCH %s", (plan.drive,)))
+
+
+def _sqlite_source(plan: Compiled, where: Sql, *, ranked: bool, few: bool) -> Sql:
+    weights = ", ".join(str(w) for w in BM25_WEIGHTS)
+    if plan.drive is not None and few:
+        bm25 = f"-bm25(fts, {weights})" if ranked else "0"
+        head = Sql(
+            f"{_SQLITE_COLUMNS}, {bm25} AS score"
+            " FROM fts JOIN messages AS m ON m.rowid = fts.rowid WHERE fts MATCH %s AND ",
+            (plan.drive,),
+        )
+        return head + where + Sql(" AND ") + plan.where
+    if plan.drive is not None and ranked:
+        # The bm25 of every match is computed once, into a table the covering index
+        # joins against (a join driven from FTS5 would look each row up in messages).
+        head = Sql(
+            f"WITH f AS MATERIALIZED (SELECT rowid, bm25(fts, {weights}) AS r FROM fts"
+            f" WHERE fts MATCH %s) {_SQLITE_COLUMNS}, -f.r AS score{_SQLITE_MESSAGES}"
+            " JOIN f ON f.rowid = m.rowid WHERE ",
+            (plan.drive,),
+        )
+        return head + where + Sql(" AND ") + plan.where
+    if plan.drive is not None:
+        head = Sql(
+            f"{_SQLITE_COLUMNS}, 0 AS score{_SQLITE_MESSAGES}"
+            " WHERE m.rowid IN (SELECT rowid FROM fts WHERE fts MATCH %s) AND ",
+            (plan.drive,),
+        )
+        return head + where + Sql(" AND ") + plan.where
+    if plan.rank is not None and ranked:
+        head = Sql(
+            f"WITH rk AS MATERIALIZED (SELECT rowid, bm25(fts, {weights}) AS r FROM fts"
+            f" WHERE fts MATCH %s) {_SQLITE_COLUMNS}, coalesce(-rk.r, 0) AS score"
+            " FROM messages AS m LEFT JOIN rk ON rk.rowid = m.rowid WHERE ",
+            (plan.rank,),
+        )
+    else:
+        head = Sql(f"{_SQLITE_COLUMNS}, 0 AS score FROM messages AS m WHERE ")
+    return head + where + Sql(" AND ") + plan.where
+
+
+def _source(plan: Compiled, scope: SearchScope, *, ranked: bool, few: bool = False) -> Sql:
+    """``FROM ... WHERE ...`` of a plan, and the ``score`` column when ``ranked``; with
+    ``few`` (SQLite) the text match drives the statement row by row."""
     where = scope.sql()
     if plan.engine is Engine.SQLITE:
-        weights = ", ".join(str(w) for w in BM25_WEIGHTS)
-        if plan.drive is not None:
-            bm25 = f"-bm25(fts, {weights})" if ranked else "0"
-            head = Sql(
-                f"SELECT m.rowid AS rowid, m.thread_id AS thread_id,"
-                f" m.received_at AS received_at, {bm25} AS score"
-                " FROM fts JOIN messages AS m ON m.rowid = fts.rowid WHERE fts MATCH %s AND ",
-                (plan.drive,),
-            )
-            return head + where + Sql(" AND ") + plan.where
-        if plan.rank is not None and ranked:
-            head = Sql(
-                "SELECT m.rowid AS rowid, m.thread_id AS thread_id,"
-                " m.received_at AS received_at, coalesce(-rk.r, 0) AS score FROM messages AS m"
-                f" LEFT JOIN (SELECT rowid, bm25(fts, {weights}) AS r FROM fts"
-                " WHERE fts MATCH %s) AS rk ON rk.rowid = m.rowid WHERE ",
-                (plan.rank,),
-            )
-        else:
-            head = Sql(
-                "SELECT m.rowid AS rowid, m.thread_id AS thread_id,"
-                " m.received_at AS received_at, 0 AS score FROM messages AS m WHERE "
-            )
-        return head + where + Sql(" AND ") + plan.where
+        return _sqlite_source(plan, where, ranked=ranked, few=few)
     if plan.drive is not None:
         # to_tsquery of a constant is folded when the statement is planned, so the GIN
         # index answers the match (a to_tsquery in FROM hides it from the planner).
@@ -260,6 +299,22 @@ def _rows(rows: list[Row]) -> list[RankedRow]:
     ]
 
 
+@contextmanager
+def _text_index_first(tx: Tx, plan: Compiled) -> Iterator[None]:
+    """On PostgreSQL, with a text match driving the statement, the GIN index finds the
+    matches even when most documents match: the planner's sequential scan would
+    decompress every document's tsvector to test it (its cost model ignores TOAST), and
+    the index answers without reading one. The setting is put back afterwards (after a
+    failed statement the transaction is rolled back, and the setting with it)."""
+    if plan.engine is not Engine.POSTGRESQL or plan.drive is None:
+        yield
+        return
+    previous = tx.fetchval("SELECT current_setting('enable_seqscan') AS v")
+    tx.fetchval("SELECT set_config('enable_seqscan', 'off', true) AS v")
+    yield
+    tx.fetchval("SELECT set_config('enable_seqscan', %s, true) AS v", (previous,))
+
+
 def ranked_page(
     tx: Tx,
     plan: Compiled,
@@ -273,8 +328,15 @@ def ranked_page(
     """One page of hits, best first (or newest first ``by_date``); with
     ``group_threads`` one row per thread — its best message — and how many of the
     thread's messages match."""
-    inner = _source(plan, scope, ranked=not by_date)
-    order = _BY_DATE if by_date else _BY_RANK
+    matches = _sqlite_matches(tx, plan)
+    if matches == 0:
+        return []
+    few = matches is not None and matches <= FEW_MATCHES
+    inner = _source(plan, scope, ranked=not by_date, few=few)
+    # Without text to rank by, every score is 0 and relevance order is date order, which
+    # the index gives without sorting every hit.
+    unranked = plan.drive is None and plan.rank is None
+    order = _BY_DATE if by_date or unranked else _BY_RANK
     if not group_threads:
         stmt = Sql("SELECT * FROM (") + inner + Sql(f") AS x{order} LIMIT %s OFFSET %s")
     else:
@@ -290,13 +352,17 @@ def ranked_page(
             + inner
             + Sql(f") AS x) AS y WHERE y.rn = 1{order} LIMIT %s OFFSET %s")
         )
-    rows = tx.fetchall(stmt.text, (*stmt.params, limit, offset))
+    with _text_index_first(tx, plan):
+        rows = tx.fetchall(stmt.text, (*stmt.params, limit, offset))
     return _rows(rows)
 
 
 def bounded_count(tx: Tx, plan: Compiled, scope: SearchScope, *, group_threads: bool) -> int:
     """How many hits (or threads), counted up to ``COUNT_BOUND + 1``."""
-    inner = _source(plan, scope, ranked=False)
+    matches = _sqlite_matches(tx, plan)
+    if matches == 0:
+        return 0
+    inner = _source(plan, scope, ranked=False, few=matches is not None and matches <= FEW_MATCHES)
     if group_threads:
         stmt = (
             Sql("SELECT count(*) AS n FROM (SELECT DISTINCT x.thread_id FROM (")
@@ -305,7 +371,8 @@ def bounded_count(tx: Tx, plan: Compiled, scope: SearchScope, *, group_threads: 
         )
     else:
         stmt = Sql("SELECT count(*) AS n FROM (") + inner + Sql(" LIMIT %s) AS c")
-    return int(tx.fetchval(stmt.text, (*stmt.params, COUNT_BOUND + 1)))
+    with _text_index_first(tx, plan):
+        return int(tx.fetchval(stmt.text, (*stmt.params, COUNT_BOUND + 1)))
 
 
 def fuzzy_rows(tx: Tx, plan: Compiled, scope: SearchScope) -> list[Row]:
