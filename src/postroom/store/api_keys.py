@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from postroom.store.db import Row, Tx
+from postroom.store.db import Row, Tx, partner_owned
 
 
 @dataclass(frozen=True)
@@ -209,10 +209,9 @@ def list_page(
     clauses: list[str] = []
     params: list[object] = []
     if partner_id is not None:
-        clauses.append(
-            "(partner_id = %s OR tenant_id IN (SELECT id FROM tenants WHERE partner_id = %s))"
-        )
-        params.extend([partner_id, partner_id])
+        clause, values = partner_owned(partner_id)
+        clauses.append(clause)
+        params.extend(values)
     if tenant_id is not None:
         clauses.append("tenant_id = %s")
         params.append(tenant_id)

@@ -142,3 +142,12 @@ def where_equal(**filters: Any) -> tuple[str, list[Any]]:
     if not given:
         return "", []
     return " WHERE " + " AND ".join(f"{c} = %s" for c in given), list(given.values())
+
+
+def partner_owned(partner_id: str) -> tuple[str, list[Any]]:
+    """Rows a partner reaches: its own (``partner_id``) and those of the tenants it
+    created. For tables with both a ``partner_id`` and a ``tenant_id`` column."""
+    return (
+        "(partner_id = %s OR tenant_id IN (SELECT id FROM tenants WHERE partner_id = %s))",
+        [partner_id, partner_id],
+    )

@@ -16,7 +16,7 @@ from typing import Any
 
 from postroom.clock import to_rfc3339
 from postroom.ids import new_id
-from postroom.store.db import Row, Tx, where_equal
+from postroom.store.db import Row, Tx, partner_owned, where_equal
 
 
 @dataclass(frozen=True)
@@ -115,10 +115,7 @@ class EventReach:
         if self.tenant_id is not None:
             return "tenant_id = %s", [self.tenant_id]
         if self.partner_id is not None:
-            return (
-                "(partner_id = %s OR tenant_id IN (SELECT id FROM tenants WHERE partner_id = %s))",
-                [self.partner_id, self.partner_id],
-            )
+            return partner_owned(self.partner_id)
         return "1 = 1", []
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from postroom.store.db import Engine, Row, Tx, member_of
+from postroom.store.db import Engine, Row, Tx, member_of, partner_owned
 
 DELIVERY_STATUSES = ("succeeded", "failed", "dead")
 
@@ -129,10 +129,7 @@ class EndpointReach:
         if self.tenant_id is not None:
             return "tenant_id = %s", [self.tenant_id]
         if self.partner_id is not None:
-            return (
-                "(partner_id = %s OR tenant_id IN (SELECT id FROM tenants WHERE partner_id = %s))",
-                [self.partner_id, self.partner_id],
-            )
+            return partner_owned(self.partner_id)
         return "1 = 1", []
 
 
@@ -379,6 +376,17 @@ class PendingEvent:
     occurred_at: int
 
 
+def _pending(row: Row) -> PendingEvent:
+    return PendingEvent(
+        row["id"],
+        row["type"],
+        row["tenant_id"],
+        row["identity_id"],
+        row["partner_id"],
+        int(row["occurred_at"]),
+    )
+
+
 def has_pending_events(tx: Tx) -> bool:
     return tx.fetchval("SELECT 1 FROM events WHERE dispatched_at IS NULL LIMIT 1") is not None
 
@@ -392,17 +400,7 @@ def pending_events(tx: Tx, limit: int) -> list[PendingEvent]:
         f" WHERE dispatched_at IS NULL ORDER BY occurred_at, id LIMIT %s{lock}",
         (limit,),
     )
-    return [
-        PendingEvent(
-            r["id"],
-            r["type"],
-            r["tenant_id"],
-            r["identity_id"],
-            r["partner_id"],
-            int(r["occurred_at"]),
-        )
-        for r in rows
-    ]
+    return [_pending(r) for r in rows]
 
 
 def mark_dispatched(tx: Tx, event_ids: Sequence[str], now: int) -> None:
@@ -482,14 +480,4 @@ def events_between(
         f" WHERE {' AND '.join(clauses)} ORDER BY occurred_at, id LIMIT %s",
         (*params, limit),
     )
-    return [
-        PendingEvent(
-            r["id"],
-            r["type"],
-            r["tenant_id"],
-            r["identity_id"],
-            r["partner_id"],
-            int(r["occurred_at"]),
-        )
-        for r in rows
-    ]
+    return [_pending(r) for r in rows]
