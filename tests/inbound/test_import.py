@@ -180,3 +180,20 @@ def test_an_interrupted_import_continues_where_it_stopped(
     assert second["duplicates"] == stored
     assert second["imported"] == 1500 - stored
     assert len(_rows(app)) == 1500
+
+
+@pytest.mark.engines("postgresql")
+def test_an_import_leaves_planner_statistics_on_postgresql(app: Any, maildir: Path) -> None:
+    def analyzed() -> dict[str, Any]:
+        with app.db.read() as tx:
+            rows = tx.fetchall(
+                "SELECT relname, analyze_count FROM pg_stat_user_tables"
+                " WHERE relname IN ('messages', 'message_search')"
+            )
+        return {r["relname"]: r["analyze_count"] for r in rows}
+
+    before = analyzed()
+    with ThreadPoolExecutor(2) as pool:
+        assert run_import(app, maildir, "archive@localhost", executor=pool).imported == 4
+    after = analyzed()
+    assert all(after[name] > before.get(name, 0) for name in ("messages", "message_search"))

@@ -31,6 +31,7 @@ from postroom.errors import InvalidInput, NotFound
 from postroom.ids import new_id
 from postroom.inbound.directory import Refusal, route_recipient
 from postroom.inbound.ingest import Arrival, Derived, derive, store_arrival
+from postroom.store import maintenance
 from postroom.store import messages as message_rows
 from postroom.store.blobs import message_raw_key
 
@@ -274,6 +275,9 @@ def run_import(
     finally:
         if own_pool:
             pool.shutdown(wait=False, cancel_futures=True)
+    if summary.imported and not summary.interrupted:
+        with app.db.write() as tx:
+            maintenance.analyze_after_bulk_load(tx)
     return summary
 
 

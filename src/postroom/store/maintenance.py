@@ -15,6 +15,14 @@ def purge_expired_verifications(tx: Tx, now: int) -> int:
     return tx.execute("DELETE FROM verifications WHERE expires_at <= %s", (now,))
 
 
+def analyze_after_bulk_load(tx: Tx) -> None:
+    """Give the PostgreSQL planner statistics for rows just bulk-loaded (an import):
+    until autovacuum gets there, searches plan as if the tables were empty. SQLite's
+    ``PRAGMA optimize`` runs with the hourly maintenance instead."""
+    if tx.engine is Engine.POSTGRESQL:
+        tx.execute("ANALYZE messages, message_search, threads, attachments, labels")
+
+
 def optimize(tx: Tx) -> None:
     """Let SQLite refresh its planner statistics where they went stale."""
     if tx.engine is Engine.SQLITE:
