@@ -195,3 +195,21 @@ def test_bad_input_and_reach(api: ApiWorld) -> None:
     assert missing.status_code == 404 and missing.json()["code"] == "thread_not_found"
     with api.app.db.read() as tx:
         assert tx.fetchval("SELECT unread_count FROM threads WHERE id = %s", (thread,)) == 1
+
+
+def test_a_reply_brings_an_archived_thread_back_to_the_inbox(api: ApiWorld) -> None:
+    identity, address = api.identity("arch")
+    root_mid = mid()
+    root = send(api, address, subject="Old talk", body="Done.", message_id=root_mid)
+    thread = thread_of(api, root)
+    headers = api.headers()
+    archived = api.client.patch(f"/v1/threads/{thread}", json={"archived": True}, headers=headers)
+    assert archived.status_code == 200 and archived.json()["archived"] is True
+    inbox = f"/v1/identities/{identity}/threads"
+    assert api.client.get(inbox, headers=headers).json()["data"] == []
+    reply = send(api, address, subject="Re: Old talk", body="One more thing", in_reply_to=root_mid)
+    assert thread_of(api, reply) == thread
+    listed = api.client.get(inbox, headers=headers).json()["data"]
+    assert [t["id"] for t in listed] == [thread] and listed[0]["archived"] is False
+    messages = api.client.get(f"/v1/threads/{thread}", headers=headers).json()["messages"]
+    assert [m["archived"] for m in messages] == [True, False]

@@ -247,9 +247,13 @@ def update_activity(
     participants: Sequence[dict[str, Any]],
     now: int,
 ) -> None:
-    """Write counters and activity already computed by the caller from a locked row."""
+    """Write counters and activity already computed by the caller from a locked row.
+
+    A message joining a thread arrives unarchived, so the thread is unarchived too (a
+    thread is archived exactly when none of its messages is unarchived): a reply brings
+    an archived conversation back to the inbox."""
     tx.execute(
-        "UPDATE threads SET message_count = message_count + %s,"
+        "UPDATE threads SET message_count = message_count + %s, archived = 0,"
         " unread_count = unread_count + %s, first_at = %s, last_at = %s,"
         " last_inbound_at = %s, last_outbound_at = %s, participants_json = %s,"
         " updated_at = %s WHERE id = %s",
