@@ -21,6 +21,7 @@ The hierarchy::
     ├── NotFound                       a named object does not exist (or is not yours)
     ├── Conflict                       the change collides with existing state
     ├── InvalidInput                   a value a caller gave is not acceptable
+    ├── Refused                        the calling key may not do this (API: 403, audited)
     └── QueueFull                      the job type's pending depth is at its bound
 """
 
@@ -96,6 +97,13 @@ class Conflict(PostroomError):
 
 class InvalidInput(PostroomError):
     code = "invalid_input"
+
+
+class Refused(PostroomError):
+    """The calling key may not do this, whatever the object: the API answers 403 with
+    ``code`` (``permission_denied``, ``permission_escalation``, ...) and audits it."""
+
+    code = "permission_denied"
 
 
 class QueueFull(PostroomError):

@@ -22,7 +22,8 @@ import base64
 import hashlib
 import hmac
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -30,7 +31,7 @@ from fastapi import APIRouter, Depends, Request
 
 from postroom.api.errors import ApiError, Forbidden, RateLimited
 from postroom.api.routes import ROUTES
-from postroom.errors import NotFound
+from postroom.errors import NotFound, Refused
 from postroom.store import tenancy as directory
 from postroom.store.api_keys import ApiKey
 from postroom.store.db import Tx
@@ -187,6 +188,16 @@ def _check_standing(tx: Tx, key: ApiKey) -> None:
 
 
 Caller = Annotated[Principal, Depends(authenticate)]
+
+
+@contextmanager
+def refusals(request: Request, caller: Principal) -> Iterator[None]:
+    """Turn a service's :class:`~postroom.errors.Refused` into the 403 :func:`deny`
+    gives, with its ``auth.denied`` audit row."""
+    try:
+        yield
+    except Refused as refused:
+        raise deny(request, caller, str(refused), refused.code) from None
 
 
 # --- reach ---------------------------------------------------------------------------

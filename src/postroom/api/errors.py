@@ -32,6 +32,7 @@ from postroom.errors import (
     NotFound,
     PostroomError,
     QueueFull,
+    Refused,
     StoreError,
 )
 from postroom.tenancy.api_keys import Unauthenticated
@@ -83,6 +84,7 @@ class WaitTimeout(ApiError):
 _STATUS: Sequence[tuple[type[PostroomError], int]] = (
     (ApiError, 400),  # replaced by the instance's own status
     (Unauthenticated, 401),
+    (Refused, 403),  # routes audit it through core.refusals first
     (BlobNotFound, 404),
     (NotFound, 404),
     (Conflict, 409),

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from postroom.errors import Conflict, InvalidInput, NotFound, PostroomError
+from postroom.errors import Conflict, InvalidInput, NotFound, PostroomError, Refused
 from postroom.ids import is_id, new_id
 from postroom.store import api_keys as key_rows
 from postroom.store import tenancy as directory
@@ -449,13 +449,6 @@ def rotate(
 # reach is answered like a missing one (404 key_not_found). Within reach, a key can never
 # hand out a permission it does not hold itself: not by creating a key, and not by
 # rotating one (which would reveal a secret for the rotated key's permissions).
-
-
-class Refused(PostroomError):
-    """The calling key may not do this; the API answers 403 with ``code``
-    (``permission_denied`` or ``permission_escalation``) and audits the denial."""
-
-    code = "permission_denied"
 
 
 def _sees_tenant(caller: ApiKey, tenant: Tenant) -> bool:

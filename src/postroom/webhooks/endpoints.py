@@ -10,7 +10,7 @@ An endpoint has a scope (seed 000 webhook_endpoints):
 Who may manage which: a platform key every endpoint; a partner key its partner's
 endpoints and those of its tenants; a tenant key its tenant's. An endpoint outside reach
 is answered like a missing one (``webhook_not_found``). Asking for a scope above the
-key's level is refused with :class:`ScopeRefused` (403 in the API).
+key's level is refused with :class:`~postroom.errors.Refused` (403 in the API).
 
 Every change writes its audit row in its transaction; secrets are sealed before they
 reach the database and shown once, by create and rotate.
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from postroom.errors import Conflict, InvalidInput, NotFound, PostroomError
+from postroom.errors import Conflict, InvalidInput, NotFound, Refused
 from postroom.events.catalogue import WebhookTest
 from postroom.events.emit import emit
 from postroom.ids import new_id
@@ -50,12 +50,6 @@ MAX_REPLAY_EVENTS = 10_000
 EVENT_TYPE_PATTERN = r"^(\*|[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*(\.\*)?)$"
 _EVENT_TYPE = re.compile(EVENT_TYPE_PATTERN)
 _ID = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
-
-
-class ScopeRefused(PostroomError):
-    """The calling key may not manage endpoints of this scope (403 in the API)."""
-
-    code = "permission_denied"
 
 
 @dataclass(frozen=True)
@@ -263,7 +257,7 @@ def _owner(tx: Tx, actor: Actor, spec: NewEndpoint) -> tuple[str | None, str | N
         raise InvalidInput(f"a {scope} endpoint names no partner_id", code="invalid_webhook_scope")
     if scope == "platform":
         if actor.level != "platform":
-            raise ScopeRefused("only platform keys manage platform webhook endpoints")
+            raise Refused("only platform keys manage platform webhook endpoints")
         return None, None
     if scope == "partner":
         if actor.level == "partner":
@@ -271,7 +265,7 @@ def _owner(tx: Tx, actor: Actor, spec: NewEndpoint) -> tuple[str | None, str | N
                 raise NotFound(f"no partner {spec.partner_id!r}", code="partner_not_found")
             return None, actor.partner_id
         if actor.level != "platform":
-            raise ScopeRefused("only platform and partner keys manage partner webhook endpoints")
+            raise Refused("only platform and partner keys manage partner webhook endpoints")
         if spec.partner_id is None:
             raise InvalidInput("name the partner: partner_id", code="partner_required")
         if not _ID.match(spec.partner_id) or directory.get_partner(tx, spec.partner_id) is None:
@@ -287,7 +281,7 @@ def _owner(tx: Tx, actor: Actor, spec: NewEndpoint) -> tuple[str | None, str | N
 
 
 def check_owner(tx: Tx, actor: Actor, spec: NewEndpoint) -> None:
-    """Refuse (ScopeRefused, NotFound, InvalidInput) a scope the actor may not use,
+    """Refuse (Refused, NotFound, InvalidInput) a scope the actor may not use,
     before anything is written."""
     _owner(tx, actor, spec)
 

@@ -10,8 +10,6 @@ the body without it (``"secret_replayed": false``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -21,12 +19,11 @@ from pydantic import AwareDatetime, Field
 
 from postroom.api.core import (
     Caller,
-    Principal,
     app_of,
     decode_cursor,
-    deny,
     endpoint,
     paginate,
+    refusals,
 )
 from postroom.api.errors import ApiError
 from postroom.api.idempotency import run_idempotent
@@ -160,21 +157,11 @@ def _ms(moment: datetime) -> int:
     return ms
 
 
-@contextmanager
-def _refusals(request: Request, caller: Principal) -> Iterator[None]:
-    """Turn a service's Refused into 403, recording the denial (``auth.denied``) as the
-    authentication dependency does."""
-    try:
-        yield
-    except api_keys.Refused as refused:
-        raise deny(request, caller, str(refused), refused.code) from None
-
-
 @endpoint(router, "keys.create", status_code=201, response_model=KeyWithSecret)
 def create_key(body: KeyCreate, request: Request, caller: Caller) -> JSONResponse:
     app = app_of(request)
     expires_at = None if body.expires_at is None else _ms(body.expires_at)
-    with _refusals(request, caller), app.db.read() as tx:
+    with refusals(request, caller), app.db.read() as tx:
         tenant_id = api_keys.creation_scope(
             tx, caller.key, body.level, tenant_id=body.tenant_id, identity_id=body.identity_id
         )
@@ -234,7 +221,7 @@ def rotate_key(
 ) -> JSONResponse:
     app = app_of(request)
     overlap_seconds = DEFAULT_OVERLAP_SECONDS if body is None else body.overlap_seconds
-    with _refusals(request, caller), app.db.read() as tx:
+    with refusals(request, caller), app.db.read() as tx:
         key = api_keys.key_in_reach(tx, caller.key, key_id)
         api_keys.check_rotate(caller.key, key)
 

@@ -11,15 +11,21 @@ it (``"secret_replayed": false``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from postroom.api.core import Caller, Principal, app_of, decode_cursor, deny, endpoint, paginate
+from postroom.api.core import (
+    Caller,
+    Principal,
+    app_of,
+    decode_cursor,
+    endpoint,
+    paginate,
+    refusals,
+)
 from postroom.api.idempotency import run_idempotent
 from postroom.api.models.common import DEFAULT_LIMIT, Cursor, Limit, Page
 from postroom.api.models.webhooks import (
@@ -47,15 +53,6 @@ def _actor(caller: Principal) -> Actor:
     return Actor(caller.level, caller.tenant_id, caller.partner_id, caller.key_id)
 
 
-@contextmanager
-def _refusals(request: Request, caller: Principal) -> Iterator[None]:
-    """A scope above the key's level: 403, recorded like every denial."""
-    try:
-        yield
-    except service.ScopeRefused as refused:
-        raise deny(request, caller, str(refused), refused.code) from None
-
-
 def _with_secret(found: Endpoint, secret: str) -> dict[str, object]:
     return {**WebhookOut.of(found).model_dump(mode="json"), "secret": secret}
 
@@ -77,7 +74,7 @@ def create_webhook(body: WebhookCreate, request: Request, caller: Caller) -> JSO
         tenant_id=body.tenant_id,
         partner_id=body.partner_id,
     )
-    with _refusals(request, caller), app.db.read() as tx:
+    with refusals(request, caller), app.db.read() as tx:
         service.check_owner(tx, _actor(caller), spec)
 
     def action() -> tuple[int, dict[str, object], str | None]:
