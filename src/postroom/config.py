@@ -566,6 +566,127 @@ class Settings:
         "jobs; with worker.poll_interval_ms it bounds the delay before a delivery starts.",
         default=100,
     )
+    outbound_transport: str = setting(
+        "outbound.transport",
+        _choice_parser("sink", "smtp_relay", "direct"),
+        "choice",
+        "How mail for other domains leaves: sink (development: captured into the capture "
+        "inbox, nothing leaves the machine), smtp_relay (through outbound.relay_host) or "
+        "direct (MX lookup). Recipients hosted by this Postroom are always delivered locally.",
+        default="sink",
+    )
+    outbound_sink_address: str = setting(
+        "outbound.sink_address",
+        _parse_str,
+        "string",
+        "The capture inbox of the sink transport (created on first use in the default "
+        "tenant). Default: sink@platform_domain.",
+        derived_default=lambda values: f"sink@{values['platform_domain']}",
+    )
+    outbound_relay_host: str = setting(
+        "outbound.relay_host",
+        _parse_str,
+        "string",
+        "Smarthost of the smtp_relay transport.",
+        default="",
+    )
+    outbound_relay_port: int = setting(
+        "outbound.relay_port",
+        _int_parser(1, 65535),
+        "integer",
+        "Port of the smarthost.",
+        default=587,
+    )
+    outbound_relay_tls: str = setting(
+        "outbound.relay_tls",
+        _choice_parser("starttls", "implicit", "none"),
+        "choice",
+        "TLS to the smarthost: starttls (required), implicit (TLS from the first byte, "
+        "port 465) or none (trusted networks and tests only).",
+        default="starttls",
+    )
+    outbound_relay_username: str = setting(
+        "outbound.relay_username",
+        _parse_str,
+        "string",
+        "AUTH user name for the smarthost (empty: no AUTH).",
+        default="",
+    )
+    outbound_relay_password: str = setting(
+        "outbound.relay_password",
+        _parse_str,
+        "string",
+        "AUTH password for the smarthost.",
+        default="",
+        secret=True,
+    )
+    outbound_relay_ca_file: Path | None = setting(
+        "outbound.relay_ca_file",
+        _parse_optional_path,
+        "path",
+        "CA bundle to verify the smarthost's certificate with (default: the system's).",
+        default="",
+    )
+    outbound_direct_port: int = setting(
+        "outbound.direct_port",
+        _int_parser(1, 65535),
+        "integer",
+        "Port direct delivery connects to on each MX (25; other values for tests).",
+        default=25,
+    )
+    outbound_dns_nameservers: tuple[str, ...] = setting(
+        "outbound.dns_nameservers",
+        _parse_str_list,
+        "list",
+        "Resolvers for MX lookups as ip or ip:port (default: the system's resolv.conf).",
+        default=(),
+    )
+    outbound_timeout_seconds: float = setting(
+        "outbound.timeout_seconds",
+        _float_parser(1, 600),
+        "number",
+        "Longest wait for one SMTP reply (connect, each command, the end of data).",
+        default=60.0,
+    )
+    outbound_lease_seconds: int = setting(
+        "outbound.lease_seconds",
+        _int_parser(10, 86_400),
+        "integer",
+        "How long one delivery attempt holds its send; a send whose transmission had begun "
+        "when its lease ran out is reported uncertain (code 28011), never retried.",
+        default=600,
+    )
+    outbound_retry_schedule: tuple[float, ...] = setting(
+        "outbound.retry_schedule",
+        _parse_seconds_list,
+        "list",
+        "Delays in seconds before each new attempt after a temporary failure; after the "
+        "last, the recipients still pending bounce (soft).",
+        default="60,300,900,1800,3600,7200,14400,28800,43200,43200",
+    )
+    outbound_max_message_bytes: int = setting(
+        "outbound.max_message_bytes",
+        _int_parser(1024, 1 << 30),
+        "integer",
+        "Largest composed message (attachments included) a send may have.",
+        default=25 * 1024 * 1024,
+    )
+    outbound_daily_cap_identity: int = setting(
+        "outbound.daily_cap_identity",
+        _int_parser(0, 1 << 31),
+        "integer",
+        "Sends per inbox per day (the tenant's time zone) unless the tenant's policy sets "
+        "one; 0 means no cap.",
+        default=5_000,
+    )
+    outbound_daily_cap_tenant: int = setting(
+        "outbound.daily_cap_tenant",
+        _int_parser(0, 1 << 31),
+        "integer",
+        "Sends per tenant per day (the tenant's time zone) unless the tenant's policy sets "
+        "one; 0 means no cap.",
+        default=50_000,
+    )
     log_level: str = setting(
         "log.level",
         _choice_parser("debug", "info", "warning", "error"),

@@ -1,0 +1,1 @@
+"""Outbound mail: composition, the outbox with stages, transports, bounces, limits."""
