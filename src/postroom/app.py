@@ -8,6 +8,7 @@ global.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from postroom.clock import Clock, SystemClock
 from postroom.config import Settings
@@ -28,6 +29,8 @@ class App:
     clock: Clock
     keyring: Keyring | None = None
     metrics: Metrics = field(default_factory=Metrics)
+    # Per-process objects services build once (e.g. outbound transports with pools).
+    services: dict[str, Any] = field(default_factory=dict)
 
     def keys(self) -> Keyring:
         """The keyring; built apps that will seal or hash always carry one."""
@@ -36,6 +39,12 @@ class App:
         return self.keyring
 
     def close(self) -> None:
+        for service in self.services.values():
+            for item in service.values() if isinstance(service, dict) else (service,):
+                closer = getattr(item, "close", None)
+                if callable(closer):
+                    closer()
+        self.services.clear()
         self.db.close()
 
 

@@ -22,6 +22,7 @@ The hierarchy::
     ├── Conflict                       the change collides with existing state
     ├── InvalidInput                   a value a caller gave is not acceptable
     ├── Refused                        the calling key may not do this (API: 403, audited)
+    ├── LimitExceeded                  a cap (e.g. daily sends) is used up (API: 429)
     └── QueueFull                      the job type's pending depth is at its bound
 """
 
@@ -96,7 +97,18 @@ class Conflict(PostroomError):
 
 
 class InvalidInput(PostroomError):
+    """``field``, when given, names the offending input (a dotted path such as
+    ``to.2.address``); the API lists it in the problem's ``errors``."""
+
     code = "invalid_input"
+
+    def __init__(self, message: str, *, code: str | None = None, field: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.field = field
+
+
+class LimitExceeded(PostroomError):
+    code = "limit_exceeded"
 
 
 class Refused(PostroomError):

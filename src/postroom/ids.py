@@ -36,6 +36,8 @@ PREFIXES = frozenset(
         "req",  # request
         "era",  # erasure request
         "exp",  # export
+        "out",  # outgoing email (outbox record)
+        "drf",  # draft
     }
 )
 

@@ -14,8 +14,8 @@ from postroom.mail.parse import parse_message
 DATA = Path(__file__).parents[1] / "data" / "mail"
 MAIL = Path(parse_module.__file__).parent
 PARSER_MODULES = [
-    "addresses", "attachments", "bodies", "charsets", "fields", "headers", "html", "kind",
-    "mime", "parse", "quotes", "sniff",
+    "addresses", "attachments", "bodies", "bounces", "charsets", "fields", "headers", "html",
+    "kind", "mime", "parse", "quotes", "sniff",
 ]  # fmt: skip
 
 

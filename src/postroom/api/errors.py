@@ -29,6 +29,7 @@ from postroom.errors import (
     Conflict,
     DatabaseBusy,
     InvalidInput,
+    LimitExceeded,
     NotFound,
     PostroomError,
     QueueFull,
@@ -89,6 +90,7 @@ _STATUS: Sequence[tuple[type[PostroomError], int]] = (
     (NotFound, 404),
     (Conflict, 409),
     (InvalidInput, 422),
+    (LimitExceeded, 429),
     (QueueFull, 503),
     (DatabaseBusy, 503),
     (StoreError, 503),
@@ -147,6 +149,9 @@ async def _postroom_error(request: Request, exc: Exception) -> JSONResponse:
         )
     headers = exc.headers if isinstance(exc, ApiError) else None
     extra = exc.extra if isinstance(exc, ApiError) else {}
+    field = getattr(exc, "field", None)
+    if isinstance(exc, InvalidInput) and field:
+        extra = {**extra, "errors": [{"field": field, "message": str(exc)}]}
     detail = str(exc) if status < 500 else "the service cannot complete this request now"
     return problem(status, exc.code, detail, request=request, headers=headers, **extra)
 

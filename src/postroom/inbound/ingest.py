@@ -74,6 +74,10 @@ class Arrival:
     is_primary_recipient: bool
     received_at: int
     read: bool = False
+    # The sent copy of an outbound message is stored through the same pipeline.
+    direction: str = "inbound"
+    status: str = "received"
+    kind: str | None = None  # outbound: transactional | marketing | auto_reply
 
     @classmethod
     def from_staged(cls, staged: StagedMessage) -> Arrival:
@@ -108,7 +112,7 @@ class StoredMessage:
     id: str
     rowid: int
     thread_id: str
-    event_id: str
+    event_id: str | None  # message.received; None for an outbound copy
 
 
 def derive(raw: bytes) -> Derived:
@@ -147,7 +151,8 @@ def store_arrival(tx: Tx, arrival: Arrival, derived: Derived, now: int) -> Store
         tx, arrival.identity_id, parsed.rfc_message_id
     ):
         flags.add("message_id_conflict")
-    is_bcc = _is_bcc(parsed, arrival.delivered_to)
+    inbound = arrival.direction == "inbound"
+    is_bcc = inbound and _is_bcc(parsed, arrival.delivered_to)
     if is_bcc:
         flags.add("bcc")
     placement = place_message(
@@ -168,8 +173,8 @@ def store_arrival(tx: Tx, arrival: Arrival, derived: Derived, now: int) -> Store
             tenant_id=arrival.tenant_id,
             thread_id=placement.thread_id,
             parent_rowid=placement.parent_rowid,
-            direction="inbound",
-            status="received",
+            direction=arrival.direction,
+            status=arrival.status,
             source=arrival.source,
             rfc_message_id=parsed.rfc_message_id,
             message_id_synthetic=parsed.message_id_synthetic,
@@ -196,7 +201,7 @@ def store_arrival(tx: Tx, arrival: Arrival, derived: Derived, now: int) -> Store
             snippet=parsed.snippet,
             sent_at=parsed.sent_at,
             received_at=arrival.received_at,
-            kind=parsed.kind,
+            kind=arrival.kind or parsed.kind,
             automated=parsed.automated,
             flags=sorted(flags),
             read=arrival.read,
@@ -227,7 +232,7 @@ def store_arrival(tx: Tx, arrival: Arrival, derived: Derived, now: int) -> Store
     )
     message_rows.insert_labels(tx, rowid, arrival.labels)
     message_rows.insert_refs(tx, rowid, ((r.kind, r.value, r.source) for r in derived.refs))
-    if derived.verifications:
+    if inbound and derived.verifications:
         message_rows.insert_verifications(
             tx,
             rowid,
@@ -237,13 +242,14 @@ def store_arrival(tx: Tx, arrival: Arrival, derived: Derived, now: int) -> Store
             received_at=arrival.received_at,
             expires_at=arrival.received_at + VERIFICATION_TTL_MS,
         )
-    if parsed.from_ is not None:
+    contacts = [parsed.from_] if inbound else [*parsed.to, *parsed.cc, *parsed.bcc]
+    for contact in {m.address: m for m in contacts if m is not None}.values():
         message_rows.upsert_contact(
             tx,
             identity_id=arrival.identity_id,
-            address=parsed.from_.address,
-            name=parsed.from_.name,
-            inbound=True,
+            address=contact.address,
+            name=contact.name,
+            inbound=inbound,
             thread_id=placement.thread_id,
             seen_at=arrival.received_at,
         )
@@ -252,7 +258,7 @@ def store_arrival(tx: Tx, arrival: Arrival, derived: Derived, now: int) -> Store
         tx,
         placement,
         message_rowid=rowid,
-        direction="inbound",
+        direction=arrival.direction,
         read=arrival.read,
         received_at=arrival.received_at,
         participants=participants,
@@ -271,6 +277,8 @@ def store_arrival(tx: Tx, arrival: Arrival, derived: Derived, now: int) -> Store
             refs=[r.value for r in derived.refs],
         ),
     )
+    if not inbound:
+        return StoredMessage(arrival.message_id, rowid, placement.thread_id, None)
     # Validated against the catalogue's schema (docs/events.md) as it is built.
     received = MessageReceived.model_validate(
         {
@@ -302,7 +310,21 @@ def ingest_staged(app: App, message_id: str) -> StoredMessage | None:
         # Another attempt may have finished while this one parsed.
         if not inbound_rows.delete_staged(tx, message_id):
             return None
-        return store_arrival(tx, Arrival.from_staged(staged), derived, app.clock.now_ms())
+        stored = store_arrival(tx, Arrival.from_staged(staged), derived, app.clock.now_ms())
+        # A delivery report or complaint about one of our sends is applied by a job
+        # that commits with the message (docs/outbound.md, "Bounces").
+        from postroom.outbound.bounces import BOUNCE_JOB, is_candidate
+
+        if is_candidate(derived.parsed.kind, derived.parsed.automated, staged.delivered_to):
+            app.queue.enqueue_in(
+                tx,
+                BOUNCE_JOB,
+                stored.id,
+                {"message_id": stored.id},
+                tenant_id=staged.tenant_id,
+                identity_id=staged.identity_id,
+            )
+        return stored
 
 
 def handle_ingest(ctx: JobContext) -> None:

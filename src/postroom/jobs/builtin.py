@@ -29,9 +29,11 @@ def run_maintenance(ctx: JobContext) -> None:
 
 
 def default_schedules() -> list[Schedule]:
+    from postroom.outbound.engine import SWEEP_INTERVAL_MS, SWEEP_JOB, SWEEP_SCHEDULE
     from postroom.webhooks.dispatch import DISPATCH_JOB, SCHEDULE_ID, WINDOW_MS
 
     return [
+        Schedule(SWEEP_SCHEDULE, SWEEP_JOB, SWEEP_INTERVAL_MS),
         Schedule("maintenance.hourly", "maintenance.run", HOUR_MS),
         # Each occasion's job sweeps the event outbox for its whole window.
         Schedule(SCHEDULE_ID, DISPATCH_JOB, WINDOW_MS),
@@ -41,6 +43,8 @@ def default_schedules() -> list[Schedule]:
 def default_registry(settings: Settings) -> HandlerRegistry:
     """Built-in handlers plus those of the modules named in worker.handler_modules."""
     from postroom.inbound.ingest import INGEST_JOB, handle_ingest
+    from postroom.outbound.bounces import BOUNCE_JOB, handle_bounce
+    from postroom.outbound.engine import SEND_JOB, SWEEP_JOB, handle_send, handle_sweep
     from postroom.webhooks.delivery import deliver_handler
     from postroom.webhooks.dispatch import DISPATCH_JOB, run_dispatcher
     from postroom.webhooks.endpoints import DELIVER_JOB
@@ -50,6 +54,9 @@ def default_registry(settings: Settings) -> HandlerRegistry:
     registry.register("maintenance.run", run_maintenance)
     registry.register(DISPATCH_JOB, run_dispatcher)
     registry.register(DELIVER_JOB, deliver_handler())
+    registry.register(SEND_JOB, handle_send)
+    registry.register(SWEEP_JOB, handle_sweep)
+    registry.register(BOUNCE_JOB, handle_bounce)
     for module_name in settings.worker_handler_modules:
         registry.load_module(module_name)
     return registry

@@ -14,6 +14,7 @@ from postroom.api.routers import (
     keys,
     messages,
     search,
+    sending,
     stream,
     tenants,
     threads,
@@ -30,6 +31,7 @@ ROUTERS: list[APIRouter] = [
     messages.router,
     codes.router,
     search.router,
+    sending.router,
     stream.router,  # before events: /v1/events/stream must not match /v1/events/{event_id}
     events.router,
     webhooks.router,
