@@ -47,6 +47,14 @@ BODIES: dict[str, dict[str, Any]] = {
     "webhooks.create": {"url": "https://hooks.matrix.example/new"},
     "webhooks.update": {"description": "Renamed"},
     "webhooks.replay": {"since": "2026-01-01T00:00:00Z"},
+    "messages.send": {"to": [{"address": "someone@matrix.example"}], "text": "Hello"},
+    "messages.reply": {"text": "Thanks"},
+    "messages.reply_all": {"text": "Thanks all"},
+    "messages.forward": {"to": [{"address": "someone@matrix.example"}]},
+    "drafts.create": {"subject": "Draft"},
+    "drafts.update": {"subject": "Draft 2"},
+    "outbox.resolve": {"resolution": "delivered"},
+    "suppressions.create": {"address": "new@matrix.example"},
 }
 # Query parameters a route needs (the long poll waits at most a second).
 QUERIES: dict[str, dict[str, Any]] = {
@@ -55,6 +63,7 @@ QUERIES: dict[str, dict[str, Any]] = {
     "search.tenant": {"q": "verification"},
     # The stream shows only new events unless told where to start; it ends after a second.
     "events.stream": {"since": "2000-01-01T00:00:00Z", "max_seconds": 1},
+    "suppressions.check": {"address": "blocked@matrix.example"},
 }
 # Tables a refused call must leave as they were; api_keys minus last_used_at (written on
 # every authenticated call), audit_log gets the denials.
@@ -79,6 +88,11 @@ UNCHANGED_TABLES = (
     "suppressions",
     "sender_lists",
     "jobs",
+    "outgoing_emails",
+    "outgoing_email_recipients",
+    "deliveries",
+    "mail_drafts",
+    "counters",
 )
 KEY_COLUMNS = "id, hash, prev_hash, prev_expires_at, name, permissions_json, expires_at, revoked_at"
 CODE = "482913"
@@ -156,7 +170,16 @@ class World:
         a = self.tenant_a
         traces = {a, CODE}
         with self.app.db.read() as tx:
-            tables = ("identities", "domains", "api_keys", "threads", "messages", "events")
+            tables = (
+                "identities",
+                "domains",
+                "api_keys",
+                "threads",
+                "messages",
+                "events",
+                "outgoing_emails",
+                "mail_drafts",
+            )
             for table in (*tables, "webhook_endpoints"):
                 traces |= {
                     r["id"]
@@ -250,6 +273,32 @@ def _build(app: Any, client: Any, engine: str) -> World:
     webhook, _secret = create_webhook(
         app, PLATFORM, NewEndpoint(url="https://hooks.matrix-a.example/in", tenant_id=tenant_a)
     )
+    from postroom.outbound import compose, drafts, policy
+    from postroom.outbound import service as outbox
+
+    draft = drafts.create(app, tenant_a, alice.identity.id, {"subject": "Matrix draft"})
+    queued = outbox.record_send(
+        app,
+        alice.identity.id,
+        outbox.SendInput(
+            to=(compose.Address("later@matrix.example"),),
+            subject="Later",
+            text="Scheduled",
+            send_at=app.clock.now_ms() + 86_400_000,
+        ),
+        outbox.Requester("api", None),
+    )
+    with app.db.write() as tx:
+        policy.suppress_in(
+            tx,
+            app,
+            tenant_a,
+            "blocked@matrix.example",
+            "manual",
+            now=now,
+            source_message_id=message_id,
+        )
+    suppression = app.keys().address_hash("blocked@matrix.example")
     with app.db.read() as tx:
         message = tx.fetchone("SELECT rowid, thread_id FROM messages WHERE id = %s", (message_id,))
         assert message is not None
@@ -279,6 +328,9 @@ def _build(app: Any, client: Any, engine: str) -> World:
             "attachment_id": attachment,
             "event_id": event,
             "webhook_id": webhook.id,
+            "draft_id": draft.id,
+            "outbox_id": queued.id,
+            "suppression_id": suppression,
         },
         tenant_a=tenant_a,
         tenant_b=tenant_b,
@@ -404,7 +456,7 @@ def test_objects_of_another_tenant_or_identity_are_not_found(world: World, spec:
 
 
 # Lists where platform and partner keys must name the tenant (``tenant_id``).
-TENANT_NAMED = {"search.tenant"}
+TENANT_NAMED = {"search.tenant", "outbox.list", "suppressions.list", "suppressions.check"}
 
 
 @pytest.mark.parametrize("spec", _ids([s for s in GUARDED if _is_list(s)]))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import email.message
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,32 @@ def _world(app: Any, client: Any) -> tuple[str, dict[str, str]]:
     )
     assert hook.status_code == 201, hook.text
     ids["webhook_id"] = hook.json()["id"]
+    headers = {"Authorization": f"Bearer {platform}"}
+    draft = client.post(
+        f"/v1/identities/{made.identity.id}/drafts", json={"subject": "Fuzz"}, headers=headers
+    )
+    assert draft.status_code == 201, draft.text
+    ids["draft_id"] = draft.json()["id"]
+    later = client.post(
+        f"/v1/identities/{made.identity.id}/messages",
+        json={
+            "to": [{"address": "later@fuzzed.example"}],
+            "text": "Later",
+            "send_at": datetime.fromtimestamp(app.clock.now_ms() / 1000 + 30 * 86_400, UTC)
+            .isoformat()
+            .replace("+00:00", "Z"),
+        },
+        headers=headers,
+    )
+    assert later.status_code == 202, later.text
+    ids["outbox_id"] = later.json()["id"]
+    blocked = client.post(
+        "/v1/suppressions",
+        json={"address": "blocked@fuzzed.example", "tenant_id": tenant},
+        headers=headers,
+    )
+    assert blocked.status_code == 201, blocked.text
+    ids["suppression_id"] = blocked.json()["id"]
     assert all(ids.values()), ids
     return platform, ids
 

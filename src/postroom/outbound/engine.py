@@ -236,6 +236,12 @@ def _settle(app: App, a: _Attempt, recipients: Sequence[rows.Recipient]) -> str 
         current = rows.get(tx, record.id)
         if current is None or current.lease_owner != a.owner:
             return None  # cancelled by erasure, or the lease was taken over
+        if current.uncertain:
+            # The lease ran out mid-transmission and the sweep has already reported the
+            # outcome unknown: that report stands (an operator resolves it), so a late
+            # reply writes nothing over it.
+            log.warning("outbox %s: reply came after the send was reported uncertain", record.id)
+            return None
         rowid = _message_rowid(tx, record.message_id)
         accepted = sum(1 for r in recipients if r.status == "accepted")
         still_pending: list[rows.Recipient] = []

@@ -525,6 +525,13 @@ def get_suppression(tx: Tx, tenant_id: str, address_hash: str) -> Suppression | 
     return None if row is None else Suppression.from_row(row)
 
 
+def tenants_suppressing(tx: Tx, address_hash: str) -> list[str]:
+    rows = tx.fetchall(
+        "SELECT tenant_id FROM suppressions WHERE address_hash = %s", (address_hash,)
+    )
+    return [r["tenant_id"] for r in rows]
+
+
 def delete_suppression(tx: Tx, tenant_id: str, address_hash: str) -> bool:
     return (
         tx.execute(

@@ -855,3 +855,17 @@ def clear_catch_all_into(tx: Tx, identity_id: str, now: int) -> int:
         " updated_at = %s WHERE catch_all_identity_id = %s",
         (now, identity_id),
     )
+
+
+def set_domain_dkim(
+    tx: Tx, domain_id: str, selector: str, sealed_private: str, public: str, now: int
+) -> bool:
+    """Replace a domain's DKIM selector and key pair; False when the domain is gone."""
+    return (
+        tx.execute(
+            "UPDATE domains SET dkim_selector = %s, dkim_private_sealed = %s, dkim_public = %s,"
+            " updated_at = %s WHERE id = %s",
+            (selector, sealed_private, public, now, domain_id),
+        )
+        == 1
+    )

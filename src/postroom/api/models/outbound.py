@@ -6,7 +6,7 @@ import base64
 import binascii
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AwareDatetime, Field
 
 from postroom.api.models.common import Model, Out, time_of, time_req
 from postroom.errors import InvalidInput
@@ -283,8 +283,8 @@ class SuppressionCreate(Model):
     address: str = Field(min_length=3, max_length=320)
     reason: Literal["hard_bounce", "complaint", "unsubscribe", "manual", "provider"] = "manual"
     note: str | None = Field(default=None, max_length=500)
-    expires_at: str | None = Field(
-        default=None, max_length=64, description="RFC 3339; none = permanent."
+    expires_at: AwareDatetime | None = Field(
+        default=None, description="RFC 3339; none = permanent."
     )
 
 

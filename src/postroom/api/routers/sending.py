@@ -21,7 +21,9 @@ from postroom.api.core import (
     endpoint,
     owning_tenant,
     paginate,
+    tenant_ids_in_reach,
 )
+from postroom.api.errors import ApiError
 from postroom.api.idempotency import HEADER, run_idempotent
 from postroom.api.models.common import DEFAULT_LIMIT, Cursor, Limit, Page
 from postroom.api.models.outbound import (
@@ -39,7 +41,6 @@ from postroom.api.models.outbound import (
     draft_content,
     send_input,
 )
-from postroom.api.models.query import rfc3339_ms
 from postroom.api.routers.messages import identity_reached, message_in_reach
 from postroom.errors import NotFound
 from postroom.outbound import drafts as draft_service
@@ -324,7 +325,7 @@ def create_suppression(body: SuppressionCreate, request: Request, caller: Caller
     app = app_of(request)
     with app.db.read() as tx:
         tenant = owning_tenant(tx, caller, body.tenant_id)
-    expires = None if body.expires_at is None else rfc3339_ms(body.expires_at)
+    expires = None if body.expires_at is None else int(body.expires_at.timestamp() * 1000)
     made = policy.add_suppression(
         app, tenant.id, body.address, reason=body.reason, note=body.note, expires_at=expires
     )
@@ -356,6 +357,24 @@ def delete_suppression(
 ) -> Response:
     app = app_of(request)
     with app.db.read() as tx:
-        tenant = owning_tenant(tx, caller, tenant_id)
-    policy.remove_suppression_by_id(app, tenant.id, suppression_id)
+        if tenant_id is not None or caller.tenant_id is not None:
+            tenant = owning_tenant(tx, caller, tenant_id).id
+        else:
+            # Platform and partner keys: the tenant in reach holding this suppression.
+            reach = tenant_ids_in_reach(tx, caller)
+            holders = [
+                t
+                for t in outbox_rows.tenants_suppressing(tx, suppression_id[:128])
+                if reach is None or t in reach
+            ]
+            if len(holders) > 1:
+                raise ApiError(
+                    "several tenants hold this suppression: name the tenant (tenant_id)",
+                    code="tenant_required",
+                    status=422,
+                )
+            if not holders:
+                raise NotFound("no such suppression", code="suppression_not_found")
+            tenant = holders[0]
+    policy.remove_suppression_by_id(app, tenant, suppression_id)
     return Response(status_code=204)
