@@ -96,7 +96,96 @@ def _tenant_of(app: Any, identity: str) -> str:
     return tenant
 
 
+class _Stopper:
+    """Stops a peer when the app closes (App.close closes its services)."""
+
+    def __init__(self, peer: Any) -> None:
+        self.peer = peer
+
+    def close(self) -> None:
+        self.peer.stop()
+
+
+def _outbound(app: Any, username: str, peer_rule: dict[str, Any] | None) -> tuple[Any, Made]:
+    """Send SUBJECT/BODY to a recipient through a real SMTP peer (or the sink) and run
+    one attempt."""
+    import dataclasses
+
+    from postroom.outbound import compose, engine
+    from postroom.outbound import service as outbox
+    from postroom.testing.smtp_peer import SmtpPeer
+
+    identity, address = _identity(app, username)
+    if peer_rule is not None:
+        peer = SmtpPeer().start()
+        app.services.setdefault("test.peers", {})[username] = _Stopper(peer)
+        peer.on("*", **peer_rule)
+        app.settings = dataclasses.replace(
+            app.settings,
+            outbound_transport="smtp_relay",
+            outbound_relay_host="127.0.0.1",
+            outbound_relay_port=peer.port,
+            outbound_relay_tls="none",
+            outbound_timeout_seconds=5.0,
+        )
+        app.services.pop("outbound.transports", None)
+    made = outbox.record_send(
+        app,
+        identity,
+        outbox.SendInput(to=(compose.Address("reader@leak.example"),), subject=SUBJECT, text=BODY),
+        outbox.Requester("api", None),
+    )
+    engine.attempt(app, made.id, "catalogue")
+    return made, Made(identity, [address, SUBJECT, "4815162342"])
+
+
+def sent(app: Any) -> Made:
+    return _outbound(app, "cat-sent", None)[1]
+
+
+def deferred(app: Any) -> Made:
+    return _outbound(app, "cat-defer", {"rcpt": "452 4.2.2 Mailbox full"})[1]
+
+
+def bounced(app: Any) -> Made:
+    return _outbound(app, "cat-bounce", {"rcpt": "550 5.1.1 No such user"})[1]
+
+
+def uncertain(app: Any) -> Made:
+    return _outbound(app, "cat-unsure", {"drop": "data"})[1]
+
+
+def complained(app: Any) -> Made:
+    from postroom.outbound.bounces import apply_report
+
+    made, what = _outbound(app, "cat-complain", None)
+    with app.db.read() as tx:
+        rfc_id = tx.fetchval("SELECT rfc_message_id FROM outgoing_emails WHERE id = %s", (made.id,))
+        address = tx.fetchval(
+            "SELECT address FROM addresses WHERE identity_id = %s", (made.identity_id,)
+        )
+    report = (
+        "From: feedback@isp.example\r\nTo: " + address + "\r\nSubject: FW: report\r\n"
+        "Message-ID: <fbl-1@isp.example>\r\nMIME-Version: 1.0\r\n"
+        'Content-Type: multipart/report; report-type=feedback-report; boundary="b"\r\n\r\n'
+        "--b\r\nContent-Type: text/plain\r\n\r\nAbuse report.\r\n"
+        "--b\r\nContent-Type: message/feedback-report\r\n\r\nFeedback-Type: abuse\r\n"
+        "Version: 1\r\nOriginal-Rcpt-To: <reader@leak.example>\r\n"
+        "--b\r\nContent-Type: text/rfc822-headers\r\n\r\n"
+        f"Message-ID: <{rfc_id}>\r\nTo: reader@leak.example\r\n--b--\r\n"
+    ).encode()
+    (stored,) = deliver(app, report, address)
+    assert apply_report(app, stored) == 1
+    return what
+
+
 ACTIONS: dict[str, Callable[[Any], Made]] = {
+    "message.sent": sent,
+    "message.delivered": sent,
+    "message.deferred": deferred,
+    "message.bounced": bounced,
+    "message.send_uncertain": uncertain,
+    "message.complained": complained,
     "message.received": received,
     "identity.created": created,
     "identity.updated": updated,

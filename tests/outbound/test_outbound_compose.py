@@ -385,31 +385,31 @@ def _with(field: str, bad: str) -> tuple[Composition, str]:
         c = dataclasses.replace(c, from_=A("alice@example.com", bad))
     elif field == "from.address":
         c = dataclasses.replace(c, from_=A(bad_address))
-    elif field == "to[1].name":
+    elif field == "to.1.name":
         c = dataclasses.replace(c, to=(A("b@example.org"), A("c@example.org", bad)))
-    elif field == "to[0].address":
+    elif field == "to.0.address":
         c = dataclasses.replace(c, to=(A(bad_address),))
-    elif field == "cc[0].name":
+    elif field == "cc.0.name":
         c = dataclasses.replace(c, cc=(A("c@example.org", bad),))
-    elif field == "bcc[0].address":
+    elif field == "bcc.0.address":
         c = dataclasses.replace(c, bcc=(A(bad_address),))
-    elif field == "reply_to[0].name":
+    elif field == "reply_to.0.name":
         c = dataclasses.replace(c, reply_to=(A("r@example.org", bad),))
     elif field == "headers.X-Campaign":
         c = dataclasses.replace(c, headers=(("X-Campaign", bad),))
-    elif field == "headers[0]":
+    elif field == "headers.0":
         c = dataclasses.replace(c, headers=((f"X-{bad}", "v"),))
-    elif field == "attachments[0].filename":
+    elif field == "attachments.0.filename":
         c = dataclasses.replace(c, attachments=(_att(filename=f"f{bad}.txt"),))
-    elif field == "attachments[0].content_type":
+    elif field == "attachments.0.content_type":
         c = dataclasses.replace(c, attachments=(_att(content_type=f"text/plain{bad}"),))
-    elif field == "attachments[0].content_id":
+    elif field == "attachments.0.content_id":
         c = dataclasses.replace(c, attachments=(_att(content_id=f"id{bad}@example.com"),))
-    elif field == "list_unsubscribe[0]":
+    elif field == "list_unsubscribe.0":
         c = dataclasses.replace(c, list_unsubscribe=(f"https://example.com/u?{bad}",))
     elif field == "in_reply_to":
         c = dataclasses.replace(c, in_reply_to=f"p{bad}@example.com")
-    elif field == "references[1]":
+    elif field == "references.1":
         c = dataclasses.replace(c, references=("ok@example.com", f"r{bad}@example.com"))
     elif field == "message_id":
         message_id = f"m{bad}@example.com"
@@ -422,19 +422,19 @@ INJECTION_FIELDS = [
     "subject",
     "from.name",
     "from.address",
-    "to[1].name",
-    "to[0].address",
-    "cc[0].name",
-    "bcc[0].address",
-    "reply_to[0].name",
+    "to.1.name",
+    "to.0.address",
+    "cc.0.name",
+    "bcc.0.address",
+    "reply_to.0.name",
     "headers.X-Campaign",
-    "headers[0]",
-    "attachments[0].filename",
-    "attachments[0].content_type",
-    "attachments[0].content_id",
-    "list_unsubscribe[0]",
+    "headers.0",
+    "attachments.0.filename",
+    "attachments.0.content_type",
+    "attachments.0.content_id",
+    "list_unsubscribe.0",
     "in_reply_to",
-    "references[1]",
+    "references.1",
     "message_id",
 ]
 
@@ -467,25 +467,25 @@ INVALID: list[tuple[str, Composition, str, str]] = [
     (
         "not_an_address",
         dataclasses.replace(BASE, to=(A("bob"),)),
-        "to[0].address",
+        "to.0.address",
         "invalid_address",
     ),
     (
         "angle_addr_in_address",
         dataclasses.replace(BASE, to=(A("Bob <bob@example.org>"),)),
-        "to[0].address",
+        "to.0.address",
         "invalid_address",
     ),
     (
         "bad_domain",
         dataclasses.replace(BASE, cc=(A("a@exa mple.org"),)),
-        "cc[0].address",
+        "cc.0.address",
         "invalid_address",
     ),
     (
         "non_ascii_local_part",
         dataclasses.replace(BASE, to=(A("jörg@example.org"),)),
-        "to[0].address",
+        "to.0.address",
         "smtputf8_unsupported",
     ),
     (
@@ -515,31 +515,31 @@ INVALID: list[tuple[str, Composition, str, str]] = [
     (
         "unsubscribe_http",
         dataclasses.replace(BASE, list_unsubscribe=("http://example.com/u",)),
-        "list_unsubscribe[0]",
+        "list_unsubscribe.0",
         "invalid_input",
     ),
     (
         "unsubscribe_javascript",
         dataclasses.replace(BASE, list_unsubscribe=("javascript:alert(1)",)),
-        "list_unsubscribe[0]",
+        "list_unsubscribe.0",
         "invalid_input",
     ),
     (
         "content_type_not_a_media_type",
         dataclasses.replace(BASE, attachments=(_att(content_type="pdf"),)),
-        "attachments[0].content_type",
+        "attachments.0.content_type",
         "invalid_input",
     ),
     (
         "multipart_attachment",
         dataclasses.replace(BASE, attachments=(_att(content_type="multipart/mixed"),)),
-        "attachments[0].content_type",
+        "attachments.0.content_type",
         "invalid_input",
     ),
     (
         "filename_only_path",
         dataclasses.replace(BASE, attachments=(_att(filename="../"),)),
-        "attachments[0].filename",
+        "attachments.0.filename",
         "invalid_input",
     ),
     ("lone_surrogate", dataclasses.replace(BASE, subject="a\ud800b"), "subject", "invalid_input"),

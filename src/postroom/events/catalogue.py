@@ -350,7 +350,7 @@ _SPECS: Final[tuple[EventSpec, ...]] = (
         "message.sent",
         1,
         MessageSent,
-        False,
+        True,
         "outbound",
         {
             "message_id": "msg_01JC5A0B1C2D3E4F5G6H7J8K9M",
@@ -363,7 +363,7 @@ _SPECS: Final[tuple[EventSpec, ...]] = (
         "message.delivered",
         1,
         MessageDelivered,
-        False,
+        True,
         "outbound",
         {
             "message_id": "msg_01JC5A0B1C2D3E4F5G6H7J8K9M",
@@ -376,7 +376,7 @@ _SPECS: Final[tuple[EventSpec, ...]] = (
         "message.deferred",
         1,
         MessageDeferred,
-        False,
+        True,
         "outbound",
         {
             "message_id": "msg_01JC5A0B1C2D3E4F5G6H7J8K9M",
@@ -391,7 +391,7 @@ _SPECS: Final[tuple[EventSpec, ...]] = (
         "message.bounced",
         1,
         MessageBounced,
-        False,
+        True,
         "outbound",
         {
             "message_id": "msg_01JC5A0B1C2D3E4F5G6H7J8K9M",
@@ -406,7 +406,7 @@ _SPECS: Final[tuple[EventSpec, ...]] = (
         "message.complained",
         1,
         MessageComplained,
-        False,
+        True,
         "outbound",
         {
             "message_id": "msg_01JC5A0B1C2D3E4F5G6H7J8K9M",
@@ -418,7 +418,7 @@ _SPECS: Final[tuple[EventSpec, ...]] = (
         "message.send_uncertain",
         1,
         MessageSendUncertain,
-        False,
+        True,
         "outbound",
         {"message_id": "msg_01JC5A0B1C2D3E4F5G6H7J8K9M", "recipient_count": 3},
     ),

@@ -267,11 +267,11 @@ def _addresses(field: str, values: object, *, limit: int | None) -> list[tuple[s
     found: list[tuple[str, str | None]] = []
     for index, item in enumerate(values):
         if not isinstance(item, Address):
-            raise CompositionError(f"{field}[{index}]", "must be an address")
+            raise CompositionError(f"{field}.{index}", "must be an address")
         found.append(
             (
-                _mailbox_address(f"{field}[{index}].address", item.address),
-                _name(f"{field}[{index}].name", item.name),
+                _mailbox_address(f"{field}.{index}.address", item.address),
+                _name(f"{field}.{index}.name", item.name),
             )
         )
     return found
@@ -297,7 +297,7 @@ def _references(values: object) -> list[str]:
         raise CompositionError("references", "must be a list of message identifiers")
     kept: dict[str, None] = {}
     for index, value in enumerate(values):
-        field = f"references[{index}]"
+        field = f"references.{index}"
         if isinstance(value, str) and len(value.strip().strip("<>")) > MAX_IDENTIFIER_OCTETS:
             _check_text(field, value)
             continue
@@ -337,7 +337,7 @@ def _attachments(values: object) -> list[_Part]:
         raise CompositionError("attachments", "must be a list of attachments")
     parts: list[_Part] = []
     for index, item in enumerate(values):
-        field = f"attachments[{index}]"
+        field = f"attachments.{index}"
         if not isinstance(item, OutgoingAttachment):
             raise CompositionError(field, "must be an attachment")
         raw_name = _check_text(f"{field}.filename", item.filename)
@@ -371,11 +371,11 @@ def _extra_headers(values: object, kind: str) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     for index, pair in enumerate(values):
         if not (isinstance(pair, tuple | list) and len(pair) == 2):
-            raise CompositionError(f"headers[{index}]", "must be a (name, value) pair")
+            raise CompositionError(f"headers.{index}", "must be a (name, value) pair")
         name, value = pair
         if not isinstance(name, str) or not _FIELD_NAME.match(name):
             raise CompositionError(
-                f"headers[{index}]",
+                f"headers.{index}",
                 "the field name must be 1-76 letters, digits or hyphens",
                 code="header_injection"
                 if isinstance(name, str) and _BREAKS.search(name)
@@ -402,7 +402,7 @@ def _unsubscribe_uris(values: object, kind: str) -> list[str]:
         )
     uris: list[str] = []
     for index, value in enumerate(values):
-        field = f"list_unsubscribe[{index}]"
+        field = f"list_unsubscribe.{index}"
         uri = _check_text(field, value, limit=MAX_URI_CHARS).strip()
         if not uri.isascii() or any(char in uri for char in " \t<>\"'"):
             raise CompositionError(
