@@ -1,3 +1,3 @@
 """Postroom: a self-hosted email platform for applications and AI agents."""
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
