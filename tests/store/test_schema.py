@@ -556,7 +556,7 @@ ENGINE_TABLES: dict[str, dict[str, dict[str, list[str]]]] = {
     },
     "postgresql": {
         "message_search": {
-            "columns": ["message_rowid", "identity_id", "document", "short_text"],
+            "columns": ["message_rowid", "identity_id", "document", "short_text", "rank_document"],
             "indexes": [
                 "message_search_document",
                 "message_search_identity",

@@ -22,7 +22,7 @@ import itertools
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -52,6 +52,8 @@ MAX_OFFSET = 10_000
 # How much of a message's text a snippet is looked for in.
 SNIPPET_SCAN_CHARS = 20_000
 SNIPPET_CHARS = 200
+# The head of a text searched first for a snippet.
+_SNIPPET_HEAD_CHARS = 4_000
 _SNIPPET_LEAD = 60
 FUZZY_MIN_SIMILARITY = 0.3
 
@@ -154,44 +156,70 @@ class _Found(Protocol):
     def group(self) -> str: ...
 
 
-def _found(flat: str, matches: Matcher) -> list[_Found]:
-    """The first 200 matching words of ``flat``."""
+def _found(flat: str, matches: Matcher) -> Iterator[_Found]:
+    """The matching words of ``flat``, in order (at most 200 are ever looked at)."""
     if isinstance(matches, _WordMatcher) and flat.isascii():
         lowered = flat.lower()
-        spans = (
+        spans: Iterator[_Found] = (
             _Span(flat, m.start(), m.end())
             for m in matches.ascii.finditer(lowered)
             if not m.start() or not lowered[m.start() - 1].isalnum()
         )
-        return list(itertools.islice(spans, 200))
-    if isinstance(matches, _WordMatcher):
+    elif isinstance(matches, _WordMatcher):
         check = matches.matches
-        hits = (m for m in matches.mixed.finditer(flat) if m.group(1) or check(m.group(2)))
-        return list(itertools.islice(hits, 200))
-    return list(itertools.islice((m for m in _WORD.finditer(flat) if matches(m.group())), 200))
+        spans = (m for m in matches.mixed.finditer(flat) if m.group(1) or check(m.group(2)))
+    else:
+        spans = (m for m in _WORD.finditer(flat) if matches(m.group()))
+    return itertools.islice(spans, 200)
 
 
-def _best(found: list[_Found], width: int) -> _Found:
+def _most_distinct(matches: Matcher) -> int | None:
+    """How many distinct words can match at most (None: no bound, e.g. a prefix)."""
+    if isinstance(matches, _WordMatcher) and not matches.prefixes and not matches.inside:
+        return len(matches.exact)
+    return None
+
+
+def _best(found: Iterator[_Found], width: int, most: int | None) -> tuple[_Found | None, int]:
     """The first match of the window (``width`` less the lead) holding the most distinct
-    matching words."""
-    best, best_count = found[0], 0
+    matching words, and how many it holds; None when nothing matches. Matches are read
+    only as far as needed: once a window holds ``most`` distinct words, no later one can
+    hold more."""
+    seen: list[_Found] = []
+
+    def at(i: int) -> _Found | None:
+        while len(seen) <= i:
+            following = next(found, None)
+            if following is None:
+                return None
+            seen.append(following)
+        return seen[i]
+
+    first = at(0)
+    if first is None:
+        return None, 0
+    best, best_count = first, 0
     counts: dict[str, int] = {}
     end = 0
-    for i, first in enumerate(found):
+    i = 0
+    while (first := at(i)) is not None:
         end = max(end, i)
         limit = first.start() + width - _SNIPPET_LEAD
-        while end < len(found) and found[end].end() <= limit:
-            word = fold(found[end].group())
+        while (following := at(end)) is not None and following.end() <= limit:
+            word = fold(following.group())
             counts[word] = counts.get(word, 0) + 1
             end += 1
         if len(counts) > best_count:
             best, best_count = first, len(counts)
+            if most is not None and best_count >= most:
+                break
         if i < end:
             word = fold(first.group())
             counts[word] -= 1
             if not counts[word]:
                 del counts[word]
-    return best
+        i += 1
+    return best, best_count
 
 
 def highlight(
@@ -201,11 +229,27 @@ def highlight(
     ``<mark>``, plain text with ``**``); None when no word matches."""
     if not text:
         return None
-    flat = " ".join((text if text.isascii() else unicodedata.normalize("NFC", text)).split())
-    found = _found(flat, matches)
-    if not found:
+    text = text if text.isascii() else unicodedata.normalize("NFC", text)
+    # Whitespace does not change where words start and end, so a text without a match
+    # is turned down before it is flattened.
+    if next(_found(text, matches), None) is None:
         return None
-    best = _best(found, width)
+    most = _most_distinct(matches)
+    flat = ""
+    best = None
+    # Most snippets are found in the first lines: the text's head is flattened and
+    # searched first, and the whole text only when the head cannot settle the window.
+    for head in (_SNIPPET_HEAD_CHARS, None):
+        whole = head is None or len(text) <= head
+        flat = " ".join((text if whole else text[:head]).split())
+        best, held = _best(_found(flat, matches), width, most)
+        # The head settles it when its window holds every word that can match (no later
+        # window holds more) and ends well before the head is cut.
+        settled = most is not None and held >= most
+        if whole or (best is not None and settled and best.start() + width < len(flat) - 99):
+            break
+    if best is None:
+        return None
     start = max(0, best.start() - _SNIPPET_LEAD)
     if start > 0:
         space = flat.find(" ", start, best.start())
@@ -263,19 +307,38 @@ def similarity(word: str, token: str) -> float:
     a, b = _grams(word), _grams(token)
     score = len(a & b) / len(a | b)
     bound = 2 if len(word) >= 8 else 1
-    if score < 0.5 and len(word) >= 4 and _edits(word, token, bound) <= bound:
+    # One edit changes at most four of a word's trigrams (a swap of neighbours), so a
+    # word missing more of them is too far for the alignment to be worth computing.
+    near = score < 0.5 and len(word) >= 4 and len(a - b) <= 4 * bound
+    if near and _edits(word, token, bound) <= bound:
         score = 0.5
     return score
 
 
-def _short_words(row: Row) -> set[str]:
-    people: list[str] = [row.get("from_address") or "", row.get("from_name") or ""]
-    for column in ("to_json", "cc_json"):
-        for person in _json_list(row.get(column)):
-            if isinstance(person, dict):
-                people.extend(str(person.get(k) or "") for k in ("address", "name"))
-    text = " ".join([row.get("subject") or "", *people, *row.get("refs", [])])
-    return {fold(w) for w in _WORD.findall(text)}
+@functools.lru_cache(maxsize=16_384)
+def _words_of(text: str) -> frozenset[str]:
+    """The folded words of a short field (cached: senders and subjects repeat)."""
+    return frozenset(fold(w) for w in _WORD.findall(text))
+
+
+@functools.lru_cache(maxsize=4_096)
+def _people_words(people_json: str) -> frozenset[str]:
+    """The folded words of the addresses and names of a To or Cc list."""
+    parts = [
+        str(person.get(k) or "")
+        for person in _json_list(people_json)
+        if isinstance(person, dict)
+        for k in ("address", "name")
+    ]
+    return _words_of(" ".join(parts))
+
+
+def _short_words(row: Row) -> frozenset[str]:
+    fields = (row.get("subject"), row.get("from_address"), row.get("from_name"))
+    words = [_words_of(f) for f in fields if f]
+    words.extend(_people_words(row[c]) for c in ("to_json", "cc_json") if row.get(c))
+    words.extend(_words_of(ref) for ref in row.get("refs", ()))
+    return frozenset().union(*words)
 
 
 def _json_list(text: Any) -> list[Any]:
@@ -289,16 +352,22 @@ def _json_list(text: Any) -> list[Any]:
 def _fuzzy(rows: list[Row], words: tuple[str, ...]) -> list[tuple[Row, float, set[str]]]:
     """The rows where every word has a near match, with the mean best similarity and
     the words of the row that matched."""
+    tokens = [_short_words(row) for row in rows]
+    # Each distinct word of the candidates is compared with each query word once; a
+    # row then only looks up which of its words are near.
+    vocabulary = frozenset().union(*tokens)
+    near = [
+        {t: score for t in vocabulary if (score := similarity(word, t)) >= FUZZY_MIN_SIMILARITY}
+        for word in words
+    ]
     kept = []
-    for row in rows:
-        tokens = _short_words(row)
-        if not tokens:
-            continue
+    for row, own in zip(rows, tokens, strict=True):
         scores, matched = [], set()
-        for word in words:
-            best, hit = max(((similarity(word, t), t) for t in sorted(tokens)), default=(0.0, ""))
-            if best < FUZZY_MIN_SIMILARITY:
+        for close in near:
+            common = own & close.keys()
+            if not common:
                 break
+            best, hit = max((close[t], t) for t in common)
             scores.append(best)
             matched.add(hit)
         else:
@@ -372,13 +441,21 @@ def search(
         for t in positive_terms(node)
         for i, w in enumerate(t.words)
     ]
+    matches = search_index.text_matches(tx, plan)
     page = search_index.ranked_page(
-        tx, plan, scope, by_date=by_date, group_threads=threads, offset=offset, limit=limit
+        tx,
+        plan,
+        scope,
+        by_date=by_date,
+        group_threads=threads,
+        offset=offset,
+        limit=limit,
+        matches=matches,
     )
     if page and len(page) < limit:
         total = offset + len(page)
     elif page or offset > 0:
-        total = search_index.bounded_count(tx, plan, scope, group_threads=threads)
+        total = search_index.bounded_count(tx, plan, scope, group_threads=threads, matches=matches)
     else:
         total = 0
     if total == 0:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from postroom.search.query import And, Filter, Node, Not, Or, Term
 from postroom.store.db import Engine
 
-__all__ = ["Compiled", "Sql", "compile_query", "positive_terms", "trigrams"]
+__all__ = ["TRUE", "Compiled", "Sql", "compile_query", "positive_terms", "trigrams"]
 
 # Scripts written without spaces: a substring of three or more of their characters is
 # also looked up in the trigram index (subject, participants, refs).

@@ -12,12 +12,13 @@ for the 300th kilobyte of a message.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from postroom.search.compiler import Compiled, Sql, fuzzy_candidates
+from postroom.search.compiler import TRUE, Compiled, Sql, fuzzy_candidates
 from postroom.store.db import Engine, Row, Tx, member_of
 
 MAX_SUBJECT_CHARS = 2_000
@@ -96,23 +97,41 @@ def index_message(tx: Tx, message_rowid: int, identity_id: str, doc: SearchDocum
     # (``ann@example.com`` is one lexeme); FTS5's unicode61 splits them into words. Text
     # goes to to_tsvector as its runs of letters and digits, so both engines index the
     # same words and a query means the same thing on either.
-    tx.execute(
-        "INSERT INTO message_search (message_rowid, identity_id, document, short_text)"
-        " VALUES (%s, %s,"
-        " setweight(to_tsvector('postroom', %s), 'A')"
-        " || setweight(to_tsvector('postroom', %s), 'B')"
-        " || setweight(to_tsvector('postroom', %s), 'C')"
-        " || setweight(to_tsvector('postroom', %s), 'D'),"
-        " %s)",
-        (
-            message_rowid,
-            identity_id,
-            words_only(doc.subject),
-            words_only(doc.participants),
-            words_only(doc.body_new),
-            words_only(" ".join((doc.body_full, doc.attachments, doc.refs))),
-            doc.short_text,
-        ),
+    tx.execute(_PG_INDEX, _pg_index_values(message_rowid, identity_id, doc))
+
+
+# The ranking vector (0007) is the document's A, B and C parts, the new text bounded:
+# positions past the first few thousand characters barely move a score.
+RANK_BODY_CHARS = 4_000
+_PG_VECTORS = (
+    " setweight(to_tsvector('postroom', %s), 'A')"
+    " || setweight(to_tsvector('postroom', %s), 'B')"
+    " || setweight(to_tsvector('postroom', %s), 'C')"
+)
+_PG_INDEX = (
+    "INSERT INTO message_search (message_rowid, identity_id, document, rank_document,"
+    f" short_text) VALUES (%s, %s,{_PG_VECTORS} || setweight(to_tsvector('postroom', %s),"
+    f" 'D'),{_PG_VECTORS}, %s) ON CONFLICT (message_rowid) DO UPDATE SET"
+    " identity_id = excluded.identity_id, document = excluded.document,"
+    " rank_document = excluded.rank_document, short_text = excluded.short_text"
+)
+
+
+def _pg_index_values(
+    message_rowid: int, identity_id: str, doc: SearchDocument
+) -> tuple[object, ...]:
+    subject, people = words_only(doc.subject), words_only(doc.participants)
+    return (
+        message_rowid,
+        identity_id,
+        subject,
+        people,
+        words_only(doc.body_new),
+        words_only(" ".join((doc.body_full, doc.attachments, doc.refs))),
+        subject,
+        people,
+        words_only(doc.body_new[:RANK_BODY_CHARS]),
+        doc.short_text,
     )
 
 
@@ -189,14 +208,38 @@ _SQLITE_MESSAGES = " FROM messages AS m INDEXED BY messages_search"
 # Up to this many text matches, each is looked up in messages by row ID (a few overflow
 # reads cost less than reading the identity's whole index range).
 FEW_MATCHES = 200
+# A text match with more hits than this is ranked over its RANK_WINDOW most recently
+# stored hits in the scope; the others follow them, newest first (docs/search.md).
+RANK_WINDOW = 250
+# With at most this many messages outside an inbox, its total is counted by FTS5 alone.
+FEW_OUTSIDE = 64
 
 
-def _sqlite_matches(tx: Tx, plan: Compiled) -> int | None:
-    """How many documents the text match finds on SQLite (FTS5 counts from its doclists,
-    without ranking), or None when nothing drives the statement."""
+def text_matches(tx: Tx, plan: Compiled) -> int | None:
+    """How many documents the text match finds on SQLite, in every inbox (FTS5 counts
+    from its doclists, without ranking), or None when nothing drives the statement (or
+    on PostgreSQL). One search asks once and hands the figure to the statements."""
     if plan.engine is not Engine.SQLITE or plan.drive is None:
         return None
     return int(tx.fetchval("SELECT count(*) AS n FROM fts WHERE fts MATCH %s", (plan.drive,)))
+
+
+def _sqlite_window(plan: Compiled, where: Sql) -> Sql:
+    """The ranked window: the RANK_WINDOW most recently stored text matches that pass
+    the scope and the filters, each with its bm25. FTS5 hands the matches out newest
+    row ID first, so the statement stops after the window."""
+    weights = ", ".join(str(w) for w in BM25_WEIGHTS)
+    return (
+        Sql(
+            f"WITH w AS MATERIALIZED (SELECT fts.rowid AS rowid, bm25(fts, {weights}) AS r"
+            " FROM fts JOIN messages AS m ON m.rowid = fts.rowid WHERE fts MATCH %s AND ",
+            (plan.drive,),
+        )
+        + where
+        + Sql(" AND ")
+        + plan.where
+        + Sql(f" ORDER BY fts.rowid DESC LIMIT {RANK_WINDOW}) ")
+    )
 
 
 def _sqlite_source(plan: Compiled, where: Sql, *, ranked: bool, few: bool) -> Sql:
@@ -209,19 +252,14 @@ def _sqlite_source(plan: Compiled, where: Sql, *, ranked: bool, few: bool) -> Sq
             (plan.drive,),
         )
         return head + where + Sql(" AND ") + plan.where
-    if plan.drive is not None and ranked:
-        # The bm25 of every match is computed once, into a table the covering index
-        # joins against (a join driven from FTS5 would look each row up in messages).
-        head = Sql(
-            f"WITH f AS MATERIALIZED (SELECT rowid, bm25(fts, {weights}) AS r FROM fts"
-            f" WHERE fts MATCH %s) {_SQLITE_COLUMNS}, -f.r AS score{_SQLITE_MESSAGES}"
-            " JOIN f ON f.rowid = m.rowid WHERE ",
-            (plan.drive,),
-        )
-        return head + where + Sql(" AND ") + plan.where
     if plan.drive is not None:
-        head = Sql(
-            f"{_SQLITE_COLUMNS}, 0 AS score{_SQLITE_MESSAGES}"
+        # Every match, from the covering index (the text match is a row ID list); with
+        # ``ranked`` the window's bm25 is the score, and the rest score NULL and follow.
+        window = _sqlite_window(plan, where) if ranked else Sql("")
+        score = "-w.r" if ranked else "0"
+        join = " LEFT JOIN w ON w.rowid = m.rowid" if ranked else ""
+        head = window + Sql(
+            f"{_SQLITE_COLUMNS}, {score} AS score{_SQLITE_MESSAGES}{join}"
             " WHERE m.rowid IN (SELECT rowid FROM fts WHERE fts MATCH %s) AND ",
             (plan.drive,),
         )
@@ -238,27 +276,101 @@ def _sqlite_source(plan: Compiled, where: Sql, *, ranked: bool, few: bool) -> Sq
     return head + where + Sql(" AND ") + plan.where
 
 
+def _sqlite_count(tx: Tx, plan: Compiled, scope: SearchScope, matches: int) -> int | None:
+    """The total of a text-only search of an inbox holding all but a few of the
+    database's messages (a one-inbox installation): the FTS5 count less the matches
+    among the few others; None when it does not apply."""
+    if plan.where != TRUE or scope.identity_id is None:
+        return None
+    others = [
+        int(r["rowid"])
+        for bound in ("<", ">")
+        for r in tx.fetchall(
+            "SELECT rowid FROM messages INDEXED BY messages_identity_time"
+            f" WHERE identity_id {bound} %s LIMIT %s",
+            (scope.identity_id, FEW_OUTSIDE + 1),
+        )
+    ]
+    if len(others) > FEW_OUTSIDE:
+        return None
+    if not others:
+        return matches
+    among, params = member_of(tx, "rowid", others)
+    elsewhere = tx.fetchval(
+        f"SELECT count(*) AS n FROM fts WHERE fts MATCH %s AND {among}", (plan.drive, *params)
+    )
+    return matches - int(elsewhere)
+
+
+def _pg_query(plan: Compiled) -> Sql:
+    # to_tsquery of a constant is folded when the statement is planned, so the GIN
+    # index answers the match (a to_tsquery in FROM hides it from the planner).
+    return Sql("to_tsquery('postroom', %s)", (plan.drive,))
+
+
+def _pg_rank(query: Sql) -> Sql:
+    """ts_rank_cd over the small ranking vector (0007), not the whole document: the
+    document's TOASTed tsvector would be decompressed for every hit ranked."""
+    return Sql(f"ts_rank_cd('{TS_WEIGHTS}', s.rank_document, ") + query + Sql(")")
+
+
+def _pg_window(plan: Compiled, where: Sql) -> Sql:
+    """The ranked window on PostgreSQL: the RANK_WINDOW most recently stored text
+    matches that pass the scope and the filters (their row IDs)."""
+    return (
+        Sql(
+            "WITH w AS MATERIALIZED (SELECT s.message_rowid AS rowid FROM message_search AS s"
+            " JOIN messages AS m ON m.rowid = s.message_rowid WHERE s.document @@ "
+        )
+        + _pg_query(plan)
+        + Sql(" AND ")
+        + where
+        + Sql(" AND ")
+        + plan.where
+        + Sql(f" ORDER BY s.message_rowid DESC LIMIT {RANK_WINDOW}) ")
+    )
+
+
+def _window_page(plan: Compiled, scope: SearchScope) -> Sql:
+    """A page served from the ranked window alone (the window holds it)."""
+    if plan.engine is Engine.SQLITE:
+        return _sqlite_window(plan, scope.sql()) + Sql(
+            "SELECT w.rowid AS rowid, m.thread_id AS thread_id, m.received_at AS received_at,"
+            " -w.r AS score FROM w JOIN messages AS m ON m.rowid = w.rowid"
+        )
+    return (
+        _pg_window(plan, scope.sql())
+        + Sql("SELECT m.rowid AS rowid, m.thread_id AS thread_id, m.received_at AS received_at, ")
+        + _pg_rank(_pg_query(plan))
+        + Sql(
+            " AS score FROM w JOIN messages AS m ON m.rowid = w.rowid"
+            " JOIN message_search AS s ON s.message_rowid = w.rowid"
+        )
+    )
+
+
 def _source(plan: Compiled, scope: SearchScope, *, ranked: bool, few: bool = False) -> Sql:
     """``FROM ... WHERE ...`` of a plan, and the ``score`` column when ``ranked``; with
-    ``few`` (SQLite) the text match drives the statement row by row."""
+    ``few`` (SQLite) the text match drives the statement row by row. A ranked text
+    match scores the ranked window; the other hits score NULL and follow it."""
     where = scope.sql()
     if plan.engine is Engine.SQLITE:
         return _sqlite_source(plan, where, ranked=ranked, few=few)
     if plan.drive is not None:
-        # to_tsquery of a constant is folded when the statement is planned, so the GIN
-        # index answers the match (a to_tsquery in FROM hides it from the planner).
-        query = Sql("to_tsquery('postroom', %s)", (plan.drive,))
-        score = (
-            Sql(f"ts_rank_cd('{TS_WEIGHTS}', s.document, ") + query + Sql(")")
-            if ranked
-            else Sql("0")
-        )
+        query = _pg_query(plan)
+        window, join, score = Sql(""), "", Sql("0")
+        if ranked:
+            window, join = _pg_window(plan, where), " LEFT JOIN w ON w.rowid = m.rowid"
+            score = Sql("CASE WHEN w.rowid IS NOT NULL THEN ") + _pg_rank(query) + Sql(" END")
         head = (
-            Sql("SELECT m.rowid AS rowid, m.thread_id AS thread_id, m.received_at AS received_at, ")
+            window
+            + Sql(
+                "SELECT m.rowid AS rowid, m.thread_id AS thread_id, m.received_at AS received_at, "
+            )
             + score
             + Sql(
                 " AS score FROM message_search AS s JOIN messages AS m"
-                " ON m.rowid = s.message_rowid WHERE s.document @@ "
+                f" ON m.rowid = s.message_rowid{join} WHERE s.document @@ "
             )
             + query
             + Sql(" AND ")
@@ -267,7 +379,7 @@ def _source(plan: Compiled, scope: SearchScope, *, ranked: bool, few: bool = Fal
     score_sql = Sql("0")
     if plan.rank is not None and ranked:
         score_sql = Sql(
-            f"coalesce(ts_rank_cd('{TS_WEIGHTS}', s.document, to_tsquery('postroom', %s)), 0)",
+            f"coalesce(ts_rank_cd('{TS_WEIGHTS}', s.rank_document, to_tsquery('postroom', %s)), 0)",
             (plan.rank,),
         )
     head = (
@@ -281,7 +393,7 @@ def _source(plan: Compiled, scope: SearchScope, *, ranked: bool, few: bool = Fal
     return head + where + Sql(" AND ") + plan.where
 
 
-_BY_RANK = " ORDER BY score DESC, received_at DESC, rowid DESC"
+_BY_RANK = " ORDER BY score DESC NULLS LAST, received_at DESC, rowid DESC"
 _BY_DATE = " ORDER BY received_at DESC, rowid DESC"
 
 
@@ -324,25 +436,31 @@ def ranked_page(
     group_threads: bool,
     offset: int,
     limit: int,
+    matches: int | None,
 ) -> list[RankedRow]:
     """One page of hits, best first (or newest first ``by_date``); with
     ``group_threads`` one row per thread — its best message — and how many of the
-    thread's messages match."""
-    matches = _sqlite_matches(tx, plan)
+    thread's messages match. ``matches`` is :func:`text_matches` of the plan."""
     if matches == 0:
         return []
     few = matches is not None and matches <= FEW_MATCHES
-    inner = _source(plan, scope, ranked=not by_date, few=few)
+    ranked = not by_date
     # Without text to rank by, every score is 0 and relevance order is date order, which
     # the index gives without sorting every hit.
     unranked = plan.drive is None and plan.rank is None
     order = _BY_DATE if by_date or unranked else _BY_RANK
+    if plan.drive is not None and not few and ranked:
+        inner = _source(plan, scope, ranked=True)
+        if not group_threads and offset + limit <= RANK_WINDOW:
+            inner = _window_page(plan, scope)
+    else:
+        inner = _source(plan, scope, ranked=ranked, few=few)
     if not group_threads:
         stmt = Sql("SELECT * FROM (") + inner + Sql(f") AS x{order} LIMIT %s OFFSET %s")
     else:
         within = "x.received_at DESC, x.rowid DESC"
         if not by_date:
-            within = "x.score DESC, " + within
+            within = "x.score DESC NULLS LAST, " + within
         stmt = (
             Sql(
                 "SELECT * FROM (SELECT x.*, row_number() OVER (PARTITION BY x.thread_id"
@@ -357,11 +475,17 @@ def ranked_page(
     return _rows(rows)
 
 
-def bounded_count(tx: Tx, plan: Compiled, scope: SearchScope, *, group_threads: bool) -> int:
-    """How many hits (or threads), counted up to ``COUNT_BOUND + 1``."""
-    matches = _sqlite_matches(tx, plan)
+def bounded_count(
+    tx: Tx, plan: Compiled, scope: SearchScope, *, group_threads: bool, matches: int | None
+) -> int:
+    """How many hits (or threads), counted up to ``COUNT_BOUND + 1``. ``matches`` is
+    :func:`text_matches` of the plan."""
     if matches == 0:
         return 0
+    if matches is not None and not group_threads:
+        counted = _sqlite_count(tx, plan, scope, matches)
+        if counted is not None:
+            return min(counted, COUNT_BOUND + 1)
     inner = _source(plan, scope, ranked=False, few=matches is not None and matches <= FEW_MATCHES)
     if group_threads:
         stmt = (
@@ -412,3 +536,63 @@ def _ref_values(tx: Tx, rowids: list[int]) -> dict[int, list[str]]:
     for r in tx.fetchall(f"SELECT message_rowid, value FROM refs WHERE {among}", params):
         found.setdefault(int(r["message_rowid"]), []).append(str(r["value"]))
     return found
+
+
+# --- rebuilding the index from the stored messages (postroom search reindex) ----------
+
+
+def reindex_total(tx: Tx) -> int:
+    """How many messages a rebuild of the index goes through."""
+    return int(tx.fetchval("SELECT count(*) AS n FROM messages"))
+
+
+def _people(value: object) -> list[tuple[str | None, str]]:
+    try:
+        people = json.loads(str(value or "[]"))
+    except ValueError:
+        return []
+    if not isinstance(people, list):
+        return []
+    return [
+        (p.get("name") or None, str(p["address"]))
+        for p in people
+        if isinstance(p, dict) and p.get("address")
+    ]
+
+
+def reindex_batch(tx: Tx, after_rowid: int, size: int) -> tuple[int, int]:
+    """Rebuild the index rows of the next ``size`` messages after ``after_rowid`` (row
+    ID order) from what is stored: the same document a new message gets. Returns the
+    last row ID done and how many were done (0 at the end)."""
+    rows = tx.fetchall(
+        "SELECT rowid, identity_id, subject, from_address, from_name, to_json, cc_json,"
+        " extracted_text, text FROM messages WHERE rowid > %s ORDER BY rowid LIMIT %s",
+        (after_rowid, size),
+    )
+    if not rows:
+        return after_rowid, 0
+    rowids = [int(r["rowid"]) for r in rows]
+    among, params = member_of(tx, "message_rowid", rowids)
+    names: dict[int, list[str]] = {}
+    for a in tx.fetchall(
+        f"SELECT message_rowid, filename FROM attachments WHERE {among}"
+        " AND filename IS NOT NULL ORDER BY message_rowid, part_path, id",
+        params,
+    ):
+        names.setdefault(int(a["message_rowid"]), []).append(str(a["filename"]))
+    refs = _ref_values(tx, rowids)
+    for r in rows:
+        rowid = int(r["rowid"])
+        sender = [(r["from_name"] or None, str(r["from_address"]))] if r["from_address"] else []
+        doc = SearchDocument.build(
+            subject=r["subject"],
+            participants=[*sender, *_people(r["to_json"]), *_people(r["cc_json"])],
+            body_new=r["extracted_text"],
+            body_full=r["text"],
+            attachment_names=names.get(rowid, []),
+            refs=refs.get(rowid, []),
+        )
+        if tx.engine is Engine.SQLITE:
+            unindex_message(tx, rowid)
+        index_message(tx, rowid, str(r["identity_id"]), doc)
+    return rowids[-1], len(rows)
