@@ -687,6 +687,58 @@ class Settings:
         "one; 0 means no cap.",
         default=50_000,
     )
+    imap_timeout_seconds: float = setting(
+        "imap.timeout_seconds",
+        _float_parser(1, 600),
+        "number",
+        "Longest wait for an IMAP server (connect, each response).",
+        default=60.0,
+    )
+    imap_ca_file: Path | None = setting(
+        "imap.ca_file",
+        _parse_optional_path,
+        "path",
+        "CA bundle to verify IMAP servers' certificates with (default: the system's).",
+        default="",
+    )
+    imap_max_message_bytes: int = setting(
+        "imap.max_message_bytes",
+        _int_parser(1024, 1 << 30),
+        "integer",
+        "Largest message an IMAP sync fetches; a larger one is stored from its headers only "
+        "(content_availability exceeded_size_limit).",
+        default=50 * 1024 * 1024,
+    )
+    imap_sync_interval_seconds: int = setting(
+        "imap.sync_interval_seconds",
+        _int_parser(5, 86_400),
+        "integer",
+        "How often each IMAP account is synchronised (new accounts; each account may set its own).",
+        default=300,
+    )
+    imap_batch_size: int = setting(
+        "imap.batch_size",
+        _int_parser(1, 5000),
+        "integer",
+        "Messages fetched and committed together; the folder's checkpoint advances after "
+        "each batch.",
+        default=200,
+    )
+    imap_reconcile_window: int = setting(
+        "imap.reconcile_window",
+        _int_parser(1, 100_000),
+        "integer",
+        "Messages whose flags are re-read per folder per sync on a server without CONDSTORE.",
+        default=1000,
+    )
+    imap_idle_seconds: int = setting(
+        "imap.idle_seconds",
+        _int_parser(0, 1740),
+        "integer",
+        "After a sync, wait this long in IDLE on INBOX and sync again as soon as the server "
+        "announces new mail (0: no IDLE; the scheduled sync only).",
+        default=0,
+    )
     log_level: str = setting(
         "log.level",
         _choice_parser("debug", "info", "warning", "error"),

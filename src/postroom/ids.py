@@ -38,6 +38,9 @@ PREFIXES = frozenset(
         "exp",  # export
         "out",  # outgoing email (outbox record)
         "drf",  # draft
+        "imp",  # IMAP account
+        "fld",  # mail folder (IMAP)
+        "mut",  # mailbox mutation (IMAP)
     }
 )
 

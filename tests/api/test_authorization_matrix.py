@@ -55,6 +55,15 @@ BODIES: dict[str, dict[str, Any]] = {
     "drafts.update": {"subject": "Draft 2"},
     "outbox.resolve": {"resolution": "delivered"},
     "suppressions.create": {"address": "new@matrix.example"},
+    "imap_accounts.create": {
+        "host": "127.0.0.1",
+        "port": 1,
+        "tls_mode": "none",
+        "allow_plaintext": True,
+        "username": "matrix",
+        "password": "secret",
+    },
+    "imap_accounts.update": {"paused": True},
 }
 # Query parameters a route needs (the long poll waits at most a second).
 QUERIES: dict[str, dict[str, Any]] = {
@@ -93,6 +102,7 @@ UNCHANGED_TABLES = (
     "deliveries",
     "mail_drafts",
     "counters",
+    "imap_accounts",
 )
 KEY_COLUMNS = "id, hash, prev_hash, prev_expires_at, name, permissions_json, expires_at, revoked_at"
 CODE = "482913"
@@ -179,6 +189,7 @@ class World:
                 "events",
                 "outgoing_emails",
                 "mail_drafts",
+                "imap_accounts",
             )
             for table in (*tables, "webhook_endpoints"):
                 traces |= {
@@ -299,6 +310,21 @@ def _build(app: Any, client: Any, engine: str) -> World:
             source_message_id=message_id,
         )
     suppression = app.keys().address_hash("blocked@matrix.example")
+    from postroom.sync import accounts as imap_accounts
+
+    imap_account = imap_accounts.create_account(
+        app,
+        alice.identity.id,
+        imap_accounts.NewAccount(
+            host="127.0.0.1",
+            port=1,
+            tls_mode="none",
+            allow_plaintext=True,
+            username="alice",
+            password="secret",
+        ),
+        test=False,
+    )
     with app.db.read() as tx:
         message = tx.fetchone("SELECT rowid, thread_id FROM messages WHERE id = %s", (message_id,))
         assert message is not None
@@ -331,6 +357,7 @@ def _build(app: Any, client: Any, engine: str) -> World:
             "draft_id": draft.id,
             "outbox_id": queued.id,
             "suppression_id": suppression,
+            "account_id": imap_account.id,
         },
         tenant_a=tenant_a,
         tenant_b=tenant_b,

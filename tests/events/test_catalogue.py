@@ -179,7 +179,30 @@ def complained(app: Any) -> Made:
     return what
 
 
+def imap_status(app: Any) -> Made:
+    from postroom.sync import accounts
+    from postroom.sync.engine import sync_account
+
+    identity, address = _identity(app, "cat-imap")
+    account = accounts.create_account(
+        app,
+        identity,
+        accounts.NewAccount(
+            host="127.0.0.1",
+            port=1,  # nothing listens: the sync finds the server unreachable
+            tls_mode="none",
+            allow_plaintext=True,
+            username="secret-user",
+            password="hunter2-secret",
+        ),
+        test=False,
+    )
+    assert sync_account(app, account.id).status == "unreachable"
+    return Made(identity, [address, "secret-user", "hunter2-secret"])
+
+
 ACTIONS: dict[str, Callable[[Any], Made]] = {
+    "imap_account.status_changed": imap_status,
     "message.sent": sent,
     "message.delivered": sent,
     "message.deferred": deferred,

@@ -332,6 +332,49 @@ _TABLE: Final[tuple[RouteSpec, ...]] = (
         "tenants:write",
         "Remove a suppression",
     ),
+    # --- IMAP sync ---
+    RouteSpec(
+        "imap_accounts.create",
+        "POST",
+        "/v1/identities/{identity_id}/imap-accounts",
+        "identities:write",
+        "Mirror an IMAP mailbox into an inbox",
+    ),
+    RouteSpec(
+        "imap_accounts.list",
+        "GET",
+        "/v1/identities/{identity_id}/imap-accounts",
+        "identities:read",
+        "List an inbox's IMAP accounts",
+    ),
+    RouteSpec(
+        "imap_accounts.get",
+        "GET",
+        "/v1/imap-accounts/{account_id}",
+        "identities:read",
+        "Get an IMAP account and its sync status",
+    ),
+    RouteSpec(
+        "imap_accounts.update",
+        "PATCH",
+        "/v1/imap-accounts/{account_id}",
+        "identities:write",
+        "Change an IMAP account",
+    ),
+    RouteSpec(
+        "imap_accounts.delete",
+        "DELETE",
+        "/v1/imap-accounts/{account_id}",
+        "identities:write",
+        "Stop mirroring an IMAP account",
+    ),
+    RouteSpec(
+        "imap_accounts.sync",
+        "POST",
+        "/v1/imap-accounts/{account_id}/sync",
+        "identities:write",
+        "Synchronise an IMAP account now",
+    ),
     # --- events, webhooks and audit ---
     RouteSpec(
         "events.stream",

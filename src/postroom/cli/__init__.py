@@ -35,9 +35,9 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
 
 
 def _register() -> None:
-    from postroom.cli import jobs, mail, outbound, run, search, setup, tenancy, webhooks
+    from postroom.cli import imap, jobs, mail, outbound, run, search, setup, tenancy, webhooks
 
-    for module in (setup, run, jobs, tenancy, mail, search, webhooks, outbound):
+    for module in (setup, run, jobs, tenancy, mail, search, webhooks, outbound, imap):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -276,6 +276,23 @@ class WebhookTest(EventData):
     endpoint_id: str = Field(description="The endpoint the test goes to (`whk_...`).")
 
 
+ImapStatus = Literal[
+    "pending", "ok", "auth_failed", "tls_failed", "unreachable", "throttled", "error"
+]
+
+
+class ImapAccountStatusChanged(EventData):
+    """An IMAP account's sync status changed (e.g. the server started refusing the
+    password, or became reachable again)."""
+
+    event_type: ClassVar[str] = "imap_account.status_changed"
+
+    account_id: str = Field(description="The IMAP account (`imp_...`).")
+    status: ImapStatus
+    previous_status: ImapStatus
+    reason: str | None = Field(description="A machine code for a failure; null when ok.")
+
+
 @dataclass(frozen=True)
 class EventSpec:
     """One event type: its name, data schema version, model and where it comes from."""
@@ -469,6 +486,19 @@ _SPECS: Final[tuple[EventSpec, ...]] = (
         True,
         "webhooks",
         {"endpoint_id": "whk_01JC5B1C2D3E4F5G6H7J8K9M0N"},
+    ),
+    EventSpec(
+        "imap_account.status_changed",
+        1,
+        ImapAccountStatusChanged,
+        True,
+        "IMAP sync",
+        {
+            "account_id": "imp_01JC5B1C2D3E4F5G6H7J8K9M0N",
+            "status": "auth_failed",
+            "previous_status": "ok",
+            "reason": "auth_failed",
+        },
     ),
 )
 

@@ -30,10 +30,13 @@ def run_maintenance(ctx: JobContext) -> None:
 
 def default_schedules() -> list[Schedule]:
     from postroom.outbound.engine import SWEEP_INTERVAL_MS, SWEEP_JOB, SWEEP_SCHEDULE
+    from postroom.sync.engine import DISPATCH_INTERVAL_MS, DISPATCH_SCHEDULE
+    from postroom.sync.engine import DISPATCH_JOB as IMAP_DISPATCH_JOB
     from postroom.webhooks.dispatch import DISPATCH_JOB, SCHEDULE_ID, WINDOW_MS
 
     return [
         Schedule(SWEEP_SCHEDULE, SWEEP_JOB, SWEEP_INTERVAL_MS),
+        Schedule(DISPATCH_SCHEDULE, IMAP_DISPATCH_JOB, DISPATCH_INTERVAL_MS),
         Schedule("maintenance.hourly", "maintenance.run", HOUR_MS),
         # Each occasion's job sweeps the event outbox for its whole window.
         Schedule(SCHEDULE_ID, DISPATCH_JOB, WINDOW_MS),
@@ -45,6 +48,8 @@ def default_registry(settings: Settings) -> HandlerRegistry:
     from postroom.inbound.ingest import INGEST_JOB, handle_ingest
     from postroom.outbound.bounces import BOUNCE_JOB, handle_bounce
     from postroom.outbound.engine import SEND_JOB, SWEEP_JOB, handle_send, handle_sweep
+    from postroom.sync.engine import DISPATCH_JOB as IMAP_DISPATCH_JOB
+    from postroom.sync.engine import SYNC_JOB, handle_dispatch, handle_sync
     from postroom.webhooks.delivery import deliver_handler
     from postroom.webhooks.dispatch import DISPATCH_JOB, run_dispatcher
     from postroom.webhooks.endpoints import DELIVER_JOB
@@ -57,6 +62,8 @@ def default_registry(settings: Settings) -> HandlerRegistry:
     registry.register(SEND_JOB, handle_send)
     registry.register(SWEEP_JOB, handle_sweep)
     registry.register(BOUNCE_JOB, handle_bounce)
+    registry.register(SYNC_JOB, handle_sync)
+    registry.register(IMAP_DISPATCH_JOB, handle_dispatch)
     for module_name in settings.worker_handler_modules:
         registry.load_module(module_name)
     return registry

@@ -216,4 +216,5 @@ def ready_app(app: Any) -> Any:
 
 # API fixtures live in their own module; importing them here registers them.
 from postroom.testing.api import api, api_server  # noqa: E402, F401
+from postroom.testing.dovecot import dovecot, dovecot_server  # noqa: E402, F401
 from postroom.testing.smtp_peer import smtp_peer  # noqa: E402, F401

@@ -1,0 +1,1 @@
+"""Mailbox sync: pulling mail from (and pushing changes to) remote IMAP accounts."""
