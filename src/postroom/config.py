@@ -739,6 +739,21 @@ class Settings:
         "announces new mail (0: no IDLE; the scheduled sync only).",
         default=0,
     )
+    imap_use_move: bool = setting(
+        "imap.use_move",
+        _parse_bool,
+        "boolean",
+        "Move messages with the MOVE extension when the server offers it; false always uses "
+        "COPY + STORE \\Deleted + UID EXPUNGE.",
+        default=True,
+    )
+    imap_mutation_max_attempts: int = setting(
+        "imap.mutation_max_attempts",
+        _int_parser(1, 100),
+        "integer",
+        "Attempts a change on the IMAP server gets before it is abandoned.",
+        default=8,
+    )
     log_level: str = setting(
         "log.level",
         _choice_parser("debug", "info", "warning", "error"),

@@ -64,6 +64,7 @@ BODIES: dict[str, dict[str, Any]] = {
         "password": "secret",
     },
     "imap_accounts.update": {"paused": True},
+    "imap_changes.create": {"action": "flag"},
 }
 # Query parameters a route needs (the long poll waits at most a second).
 QUERIES: dict[str, dict[str, Any]] = {
@@ -103,6 +104,7 @@ UNCHANGED_TABLES = (
     "mail_drafts",
     "counters",
     "imap_accounts",
+    "mailbox_mutations",
 )
 KEY_COLUMNS = "id, hash, prev_hash, prev_expires_at, name, permissions_json, expires_at, revoked_at"
 CODE = "482913"
@@ -325,6 +327,11 @@ def _build(app: Any, client: Any, engine: str) -> World:
         ),
         test=False,
     )
+    from postroom.sync import mutations
+    from postroom.testing.imap import bind_synced
+
+    bind_synced(app, imap_account.id, message_id)
+    change = mutations.record(app, message_id, "seen")
     with app.db.read() as tx:
         message = tx.fetchone("SELECT rowid, thread_id FROM messages WHERE id = %s", (message_id,))
         assert message is not None
@@ -358,6 +365,7 @@ def _build(app: Any, client: Any, engine: str) -> World:
             "outbox_id": queued.id,
             "suppression_id": suppression,
             "account_id": imap_account.id,
+            "change_id": change.id,
         },
         tenant_a=tenant_a,
         tenant_b=tenant_b,

@@ -161,6 +161,11 @@ def _world(app: Any, client: Any) -> tuple[str, dict[str, str]]:
         ),
         test=False,
     ).id
+    from postroom.sync import mutations
+    from postroom.testing.imap import bind_synced
+
+    bind_synced(app, ids["account_id"], message_id)
+    ids["change_id"] = mutations.record(app, message_id, "seen").id
     assert all(ids.values()), ids
     return platform, ids
 

@@ -375,6 +375,20 @@ _TABLE: Final[tuple[RouteSpec, ...]] = (
         "identities:write",
         "Synchronise an IMAP account now",
     ),
+    RouteSpec(
+        "imap_changes.create",
+        "POST",
+        "/v1/messages/{message_id}/imap-changes",
+        "messages:write",
+        "Change a synced message on its IMAP server",
+    ),
+    RouteSpec(
+        "imap_changes.get",
+        "GET",
+        "/v1/imap-changes/{change_id}",
+        "messages:read",
+        "Get a change made on an IMAP server",
+    ),
     # --- events, webhooks and audit ---
     RouteSpec(
         "events.stream",

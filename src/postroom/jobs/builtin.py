@@ -50,6 +50,7 @@ def default_registry(settings: Settings) -> HandlerRegistry:
     from postroom.outbound.engine import SEND_JOB, SWEEP_JOB, handle_send, handle_sweep
     from postroom.sync.engine import DISPATCH_JOB as IMAP_DISPATCH_JOB
     from postroom.sync.engine import SYNC_JOB, handle_dispatch, handle_sync
+    from postroom.sync.mutations import MUTATE_JOB, handle_mutate
     from postroom.webhooks.delivery import deliver_handler
     from postroom.webhooks.dispatch import DISPATCH_JOB, run_dispatcher
     from postroom.webhooks.endpoints import DELIVER_JOB
@@ -64,6 +65,7 @@ def default_registry(settings: Settings) -> HandlerRegistry:
     registry.register(BOUNCE_JOB, handle_bounce)
     registry.register(SYNC_JOB, handle_sync)
     registry.register(IMAP_DISPATCH_JOB, handle_dispatch)
+    registry.register(MUTATE_JOB, handle_mutate)
     for module_name in settings.worker_handler_modules:
         registry.load_module(module_name)
     return registry

@@ -488,7 +488,10 @@ def dispatch(app: App, limit: int = 200) -> int:
 
 
 def handle_dispatch(ctx: JobContext) -> None:
+    from postroom.sync.mutations import stranded
+
     dispatch(ctx.app)
+    stranded(ctx.app)
 
 
 __all__ = [

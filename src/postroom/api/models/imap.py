@@ -8,6 +8,7 @@ from pydantic import Field
 
 from postroom.api.models.common import Model, Out, time_of, time_req
 from postroom.store.imap import Account
+from postroom.sync.mutations import Mutation
 
 Folder = Annotated[str, Field(min_length=1, max_length=512)]
 
@@ -94,4 +95,59 @@ class ImapAccountOut(Out):
             sync_interval_seconds=a.sync_interval_seconds,
             paused=bool(a.paused),
             created_at=time_req(a.created_at),
+        )
+
+
+class ImapChangeCreate(Model):
+    action: Literal[
+        "seen",
+        "unseen",
+        "flag",
+        "unflag",
+        "keywords_add",
+        "keywords_remove",
+        "keywords_replace",
+        "move",
+        "copy",
+        "delete",
+    ]
+    keywords: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=64)] | None = (
+        None
+    )
+    folder: str | None = Field(default=None, min_length=1, max_length=512)
+
+
+class ImapChangeOut(Out):
+    id: str = Field(examples=["mut_01JD7ZC9X4K2M5N6P8Q0R1S2T3"])
+    account_id: str
+    action: str
+    folder: str | None = Field(description="The destination of a move or copy.")
+    stage: Literal[
+        "recorded",
+        "placement_issued",
+        "placement_confirmed",
+        "source_flagged_deleted",
+        "completed",
+        "abandoned",
+    ]
+    outcome_unknown: bool = Field(
+        description="The placement went out and its answer was never read (code 25002): "
+        "never retried automatically."
+    )
+    last_failure_code: str | None
+    attempt_count: int
+    recorded_at: str
+
+    @classmethod
+    def of(cls, m: Mutation) -> ImapChangeOut:
+        return cls(
+            id=m.id,
+            account_id=m.account_id,
+            action=m.mutation,
+            folder=m.destination_path,
+            stage=m.stage,  # type: ignore[arg-type]
+            outcome_unknown=m.last_failure_code == "25002",
+            last_failure_code=m.last_failure_code,
+            attempt_count=m.attempt_count,
+            recorded_at=time_req(m.recorded_at),
         )

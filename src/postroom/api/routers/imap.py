@@ -10,11 +10,18 @@ from fastapi import APIRouter, Request, Response
 
 from postroom.api.core import Caller, Principal, app_of, decode_cursor, endpoint, paginate
 from postroom.api.models.common import DEFAULT_LIMIT, Cursor, Limit, Page
-from postroom.api.models.imap import ImapAccountCreate, ImapAccountOut, ImapAccountUpdate
-from postroom.api.routers.messages import identity_reached
+from postroom.api.models.imap import (
+    ImapAccountCreate,
+    ImapAccountOut,
+    ImapAccountUpdate,
+    ImapChangeCreate,
+    ImapChangeOut,
+)
+from postroom.api.routers.messages import identity_reached, message_in_reach
 from postroom.errors import NotFound
 from postroom.store import imap as imap_rows
 from postroom.sync import accounts as service
+from postroom.sync import mutations
 
 router = APIRouter(tags=["imap"])
 
@@ -109,3 +116,40 @@ def sync_now(account_id: str, request: Request, caller: Caller) -> ImapAccountOu
     account = _account_in_reach(request, caller, account_id)
     service.request_sync(app_of(request), account.id)
     return ImapAccountOut.of(service.get_account(app_of(request), account.id))
+
+
+@endpoint(router, "imap_changes.create", status_code=202, response_model=ImapChangeOut)
+def create_change(
+    message_id: str, body: ImapChangeCreate, request: Request, caller: Caller
+) -> ImapChangeOut:
+    app = app_of(request)
+    with app.db.read() as tx:
+        owner = message_in_reach(tx, caller, message_id)
+    key = request.headers.get("Idempotency-Key")
+    made = mutations.record(
+        app,
+        owner.id,
+        body.action,
+        keywords=body.keywords,
+        folder=body.folder,
+        requester_identity=None if key is None else f"{caller.key_id}:{key}"[:300],
+    )
+    return ImapChangeOut.of(made)
+
+
+@endpoint(router, "imap_changes.get", response_model=ImapChangeOut)
+def get_change(change_id: str, request: Request, caller: Caller) -> ImapChangeOut:
+    app = app_of(request)
+    missing = NotFound(f"no IMAP change {change_id[:80]!r}", code="mutation_not_found")
+    if "\x00" in change_id or len(change_id) > 200:
+        raise missing
+    try:
+        change = mutations.get(app, change_id)
+    except NotFound:
+        raise missing from None
+    with app.db.read() as tx:
+        try:
+            identity_reached(tx, caller, change.identity_id)
+        except NotFound:
+            raise missing from None
+    return ImapChangeOut.of(change)

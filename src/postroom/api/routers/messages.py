@@ -208,6 +208,17 @@ def update_message(
     with app.db.read() as tx:
         owner = message_in_reach(tx, caller, message_id)
     mailbox.update_message(app, owner, change, actor_key_id=caller.key_id)
+    if body.read is not None:
+        # A message mirrored from IMAP: the owner's change goes to the server too
+        # (recorded first, carried out by a job; docs/imap-sync.md).
+        from postroom.sync import mutations
+
+        mutations.record_if_synced(
+            app,
+            owner.id,
+            "seen" if body.read else "unseen",
+            requester_identity=getattr(request.state, "request_id", None),
+        )
     with app.db.read() as tx:
         return MessageOut.of_message(mailbox.get_message(tx, owner.id))
 
