@@ -138,6 +138,14 @@ def serve(ctx: click.Context, only: str | None, smtp_port: int | None) -> None:
                 f"  worker       {worker.concurrency} threads; job types: "
                 f"{', '.join(worker.job_types)}"
             )
+            outbound = settings.outbound_transport
+            where = {
+                "sink": f"captured into {settings.outbound_sink_address}; nothing leaves",
+                "smtp_relay": "through "
+                f"{settings.outbound_relay_host}:{settings.outbound_relay_port}",
+                "direct": "to each domain's MX",
+            }[outbound]
+            console.print(f"  outbound     {outbound} ({where})")
         if "api" in wanted:
             from postroom.api.server import HTTPServer
 
