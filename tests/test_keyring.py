@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import os
 import stat
 from pathlib import Path
 
@@ -38,8 +37,9 @@ def test_key_files_are_created_once_with_mode_0600(tmp_path: Path) -> None:
         (None, 0o600, "is missing"),
         (b"not base64!!\n", 0o600, "not one line of base64"),
         (base64.b64encode(b"short") + b"\n", 0o600, "holds 5 bytes, expected 32"),
-        (base64.b64encode(os.urandom(32)) + b"\n", 0o644, "readable by other users"),
+        (base64.b64encode(bytes(range(32))) + b"\n", 0o644, "readable by other users"),
     ],
+    ids=["missing", "not-base64", "short", "readable-by-others"],
 )
 def test_bad_key_files_are_named(
     tmp_path: Path, content: bytes | None, mode: int, message: str
