@@ -37,8 +37,12 @@ format: $(VENV)/.dev
 typecheck: $(VENV)/.dev
 	$(BIN)/mypy --strict src/
 
+# Two test processes (whole files each: module fixtures and ordering stay as written);
+# many tests wait on sockets, subprocesses and databases, so two help even on 2 cores.
+PYTEST_WORKERS ?= 2
+
 pytest: $(VENV)/.dev
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 bench: $(VENV)/.dev
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -9,7 +9,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from postroom.cli.context import emit_json, json_option, state
-from postroom.inbound.importer import run_import
 
 
 @click.command("import")
@@ -31,6 +30,8 @@ def import_mail(
     Safe to run again: messages the inbox already holds (same bytes) are skipped, so an
     interrupted import continues where it stopped.
     """
+    from postroom.inbound.importer import run_import  # the parsing stack only when used
+
     cli_state = state(ctx)
     app = cli_state.app()
     progress = Progress(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import click
 
@@ -26,17 +27,26 @@ PARTS: dict[str, str] = {
 }
 
 
-def _wait_for_signal(stop: threading.Event) -> None:
+@contextlib.contextmanager
+def _stop_on_signal(stop: threading.Event) -> Iterator[None]:
+    """SIGTERM / SIGINT set ``stop`` while inside; installed before anything starts, so a
+    signal that arrives while threads are starting is a clean stop, not a kill."""
+
     def handle(signum: int, frame: object) -> None:
         stop.set()
 
     previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        while not stop.wait(0.5):
-            pass
+        yield
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def _wait_for_signal(stop: threading.Event) -> None:
+    with _stop_on_signal(stop):
+        while not stop.wait(0.5):
+            pass
 
 
 def _build_worker(app: App, concurrency: int | None, types: tuple[str, ...]) -> Worker:
@@ -107,6 +117,8 @@ def serve(ctx: click.Context, only: str | None, smtp_port: int | None) -> None:
     app = cli_state.app()
     stop = threading.Event()
     stoppers: list[Callable[[], object]] = []
+    signals = _stop_on_signal(stop)
+    signals.__enter__()
     try:
         console = cli_state.console
         console.print(f"[bold]Postroom {__version__}[/bold]")
@@ -154,12 +166,14 @@ def serve(ctx: click.Context, only: str | None, smtp_port: int | None) -> None:
             stoppers.append(http.stop)
             console.print(f"  api          {http.url}  (docs: {http.url}/docs)")
         console.print("Press Ctrl-C to stop.")
-        _wait_for_signal(stop)
+        while not stop.wait(0.5):
+            pass
         console.print("Stopping...")
     finally:
         for stopper in reversed(stoppers):
             stopper()
         app.close()
+        signals.__exit__(None, None, None)
 
 
 @click.command()
@@ -180,9 +194,11 @@ def worker(ctx: click.Context, concurrency: int | None, types: tuple[str, ...]) 
             runner = _build_worker(app, concurrency, types)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        runner.start()
         stop = threading.Event()
-        _wait_for_signal(stop)
+        with _stop_on_signal(stop):
+            runner.start()
+            while not stop.wait(0.5):
+                pass
         released = runner.stop(app.settings.worker_shutdown_grace_seconds)
         cli_state.err_console.print(
             f"worker stopped: {runner.stats.completed} completed, {released} released"

@@ -11,7 +11,6 @@ from typing import Any
 import click
 from rich.table import Column, Table
 
-from postroom.api.models.query import rfc3339_ms
 from postroom.app import App
 from postroom.cli.context import emit_json, json_option, state
 from postroom.clock import to_rfc3339
@@ -76,6 +75,8 @@ def _time(text: str | None, option: str) -> int | None:
     if text is None:
         return None
     try:
+        from postroom.api.models.query import rfc3339_ms  # FastAPI only when used
+
         return rfc3339_ms(text)
     except ValueError as exc:
         raise InvalidInput(f"{option}: {exc}", code="invalid_time") from None

@@ -16,7 +16,6 @@ import base64
 import binascii
 import re
 
-import dkim
 import idna
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -94,6 +93,8 @@ def sign(raw: bytes, *, domain: str, selector: str, private_key_pem: bytes) -> b
     signing_domain = _domain(domain, "domain")
     signing_selector = _domain(selector, "selector")
     key = _rsa_pkcs1(private_key_pem)
+    import dkim  # dkimpy pulls in dnspython: imported when a message is signed
+
     try:
         field = dkim.sign(
             raw,

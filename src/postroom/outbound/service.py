@@ -26,7 +26,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from postroom.errors import Conflict, InvalidInput, NotFound
 from postroom.ids import new_id
-from postroom.inbound.ingest import Arrival, derive, store_arrival
 from postroom.outbound import compose as c
 from postroom.outbound import policy
 from postroom.outbound.dkim import sign as dkim_sign
@@ -336,6 +335,9 @@ def record_send(
     operation: Operation = "send",
     source_message_id: str | None = None,
 ) -> OutboxEntry:
+    # The parsing and storing stack, imported when a send is recorded (CLI start-up).
+    from postroom.inbound.ingest import Arrival, derive, store_arrival
+
     now = app.clock.now_ms()
     if requester.identity is not None:
         with app.db.read() as tx:

@@ -13,10 +13,8 @@ from pathlib import Path
 
 from postroom.errors import DatabaseUnavailable, DataDirError, MigrationsPending
 from postroom.store import migrate as migrations
-from postroom.store import postgres as postgres_engine
 from postroom.store.db import Database, Engine, Row, Tx
 from postroom.store.migrate import DatabaseState, Migration
-from postroom.store.postgres import PostgresDatabase
 from postroom.store.sqlite import SQLiteDatabase
 
 __all__ = [
@@ -71,6 +69,8 @@ def database_status(url: str) -> DatabaseStatus:
         state = migrations.inspect_sqlite(path)
         migrations.check_compatible(state, chain, str(path))
         return DatabaseStatus(engine, str(path), state.exists, state, chain)
+    from postroom.store import postgres as postgres_engine  # psycopg only when used
+
     conn = postgres_engine.connect(url, autocommit=True)
     try:
         state = migrations.inspect_postgres(conn)
@@ -93,6 +93,8 @@ def apply_migrations(url: str, now_ms: int, *, target: int | None = None) -> lis
         if not path.parent.is_dir():
             raise DataDirError(f"folder {path.parent} for the SQLite database does not exist")
         return migrations.migrate_sqlite(path, chain, now_ms, busy_timeout_ms=30_000, target=target)
+    from postroom.store import postgres as postgres_engine  # psycopg only when used
+
     conn = postgres_engine.connect(url, autocommit=True)
     try:
         state = migrations.inspect_postgres(conn)
@@ -144,4 +146,6 @@ def open_database(
                 f"the PostgreSQL database is at schema version {current}, this build needs "
                 f"{status.head}; run `postroom migrate` first"
             )
+    from postroom.store.postgres import PostgresDatabase  # psycopg only when used
+
     return PostgresDatabase(url, pool_size=pool_size)
