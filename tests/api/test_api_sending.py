@@ -85,6 +85,23 @@ def test_the_daily_cap_answers_429(api: Any) -> None:
     assert (usage["identity_sent"], usage["identity_cap"]) == (1, 1)
 
 
+def test_the_tenant_policy_cap_overrides_the_setting(api: Any) -> None:
+    inbox, _address = api.identity("apipolicy")
+    with api.app.db.read() as tx:
+        tenant = tx.fetchval("SELECT tenant_id FROM identities WHERE id = %s", (inbox,))
+    changed = api.client.patch(
+        f"/v1/tenants/{tenant}/policy",
+        json={"daily_send_cap_per_identity": 1},
+        headers=api.headers(),
+    )
+    assert changed.status_code == 200 and changed.json()["daily_send_cap_per_identity"] == 1
+    body = {"to": [{"address": "a@example.com"}], "text": "x"}
+    url = f"/v1/identities/{inbox}/messages"
+    assert api.client.post(url, json=body, headers=api.headers()).status_code == 202
+    refused = api.client.post(url, json=body, headers=api.headers())
+    assert refused.status_code == 429 and refused.json()["code"] == "send_limit_exceeded"
+
+
 def test_a_scheduled_send_is_cancelled_once(api: Any) -> None:
     inbox, _address = api.identity("apilater")
     body = {

@@ -111,12 +111,15 @@ def test_suspend_and_resume_and_who_may_lift_it(api: ApiWorld) -> None:
 def test_policy_merges_and_refuses_out_of_bounds(api: ApiWorld) -> None:
     tenant = api.tenant("pol")
     url = f"/v1/tenants/{tenant}/policy"
-    assert api.client.get(url, headers=api.headers()).json() == {
+    defaults = {
         "max_identities": None,
         "events_retention_days": 30,
+        "daily_send_cap": None,
+        "daily_send_cap_per_identity": None,
     }
+    assert api.client.get(url, headers=api.headers()).json() == defaults
     changed = api.client.patch(url, json={"max_identities": 5}, headers=api.headers())
-    assert changed.json() == {"max_identities": 5, "events_retention_days": 30}
+    assert changed.json() == {**defaults, "max_identities": 5}
     bad = api.client.patch(url, json={"events_retention_days": 0}, headers=api.headers())
     assert bad.status_code == 422 and bad.json()["errors"][0]["field"].endswith("days")
     reset = api.client.patch(url, json={"max_identities": None}, headers=api.headers())

@@ -26,10 +26,15 @@ if TYPE_CHECKING:
 POLICY_DEFAULTS: Mapping[str, int | None] = {
     "max_identities": None,  # None: no limit; enforced when an identity is created
     "events_retention_days": 30,  # how long event history is kept
+    # Daily send caps (0: no cap); None: the outbound.daily_cap_* settings apply.
+    "daily_send_cap": None,
+    "daily_send_cap_per_identity": None,
 }
 POLICY_BOUNDS: Mapping[str, tuple[int, int]] = {
     "max_identities": (0, 1_000_000),
     "events_retention_days": (1, 3650),
+    "daily_send_cap": (0, 1 << 31),
+    "daily_send_cap_per_identity": (0, 1 << 31),
 }
 
 

@@ -84,11 +84,21 @@ class Policy(Out):
         description="Most identities the tenant may have; null: no limit."
     )
     events_retention_days: int = Field(description="Days event history is kept.")
+    daily_send_cap: int | None = Field(
+        description="Sends per day for the whole tenant (0: no cap); null: the installation's "
+        "outbound.daily_cap_tenant."
+    )
+    daily_send_cap_per_identity: int | None = Field(
+        description="Sends per day per inbox (0: no cap); null: the installation's "
+        "outbound.daily_cap_identity."
+    )
 
 
 class PolicyUpdate(Model):
     max_identities: Annotated[int | None, Field(ge=0, le=1_000_000)] = None
     events_retention_days: Annotated[int | None, Field(ge=1, le=3650)] = None
+    daily_send_cap: Annotated[int | None, Field(ge=0, le=1 << 31)] = None
+    daily_send_cap_per_identity: Annotated[int | None, Field(ge=0, le=1 << 31)] = None
 
 
 @endpoint(router, "tenants.create", status_code=201, response_model=TenantOut)
