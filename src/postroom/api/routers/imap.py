@@ -17,7 +17,7 @@ from postroom.api.models.imap import (
     ImapChangeCreate,
     ImapChangeOut,
 )
-from postroom.api.routers.messages import identity_reached, message_in_reach
+from postroom.api.routers.messages import identity_reached, message_in_reach, sees_identity
 from postroom.errors import NotFound
 from postroom.store import imap as imap_rows
 from postroom.sync import accounts as service
@@ -33,12 +33,8 @@ def _account_in_reach(request: Request, caller: Principal, account_id: str) -> i
     app = app_of(request)
     with app.db.read() as tx:
         account = imap_rows.get_account(tx, account_id)
-        if account is None:
+        if account is None or not sees_identity(tx, caller, account.identity_id):
             raise missing
-        try:
-            identity_reached(tx, caller, account.identity_id)
-        except NotFound:
-            raise missing from None
     return account
 
 
@@ -148,8 +144,6 @@ def get_change(change_id: str, request: Request, caller: Caller) -> ImapChangeOu
     except NotFound:
         raise missing from None
     with app.db.read() as tx:
-        try:
-            identity_reached(tx, caller, change.identity_id)
-        except NotFound:
-            raise missing from None
+        if not sees_identity(tx, caller, change.identity_id):
+            raise missing
     return ImapChangeOut.of(change)

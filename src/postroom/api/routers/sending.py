@@ -41,7 +41,7 @@ from postroom.api.models.outbound import (
     draft_content,
     send_input,
 )
-from postroom.api.routers.messages import identity_reached, message_in_reach
+from postroom.api.routers.messages import identity_reached, message_in_reach, sees_identity
 from postroom.errors import NotFound
 from postroom.outbound import drafts as draft_service
 from postroom.outbound import policy
@@ -133,12 +133,8 @@ def _entry_in_reach(request: Request, caller: Principal, outbox_id: str) -> outb
         raise missing
     with app.db.read() as tx:
         record = outbox_rows.get(tx, outbox_id)
-        if record is None:
+        if record is None or not sees_identity(tx, caller, record.identity_id):
             raise missing
-        try:
-            identity_reached(tx, caller, record.identity_id)
-        except NotFound:
-            raise missing from None
     return record
 
 
@@ -219,10 +215,8 @@ def _draft_in_reach(request: Request, caller: Principal, draft_id: str) -> draft
     except NotFound:
         raise missing from None
     with app.db.read() as tx:
-        try:
-            identity_reached(tx, caller, draft.identity_id)
-        except NotFound:
-            raise missing from None
+        if not sees_identity(tx, caller, draft.identity_id):
+            raise missing
     return draft
 
 
