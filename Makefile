@@ -37,9 +37,9 @@ format: $(VENV)/.dev
 typecheck: $(VENV)/.dev
 	$(BIN)/mypy --strict src/
 
-# Two test processes (whole files each: module fixtures and ordering stay as written);
-# many tests wait on sockets, subprocesses and databases, so two help even on 2 cores.
-PYTEST_WORKERS ?= 2
+# Three test processes (whole files each: module fixtures and ordering stay as written);
+# many tests wait on sockets, subprocesses and databases, so three help even on 2 cores.
+PYTEST_WORKERS ?= 3
 
 pytest: $(VENV)/.dev
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
