@@ -39,7 +39,7 @@ from postroom.events.catalogue import ImapAccountStatusChanged
 from postroom.events.emit import emit
 from postroom.ids import new_id
 from postroom.inbound.ingest import Arrival, Derived, derive, store_arrival
-from postroom.jobs.handlers import JobContext, TransientFailure
+from postroom.jobs.handlers import JobContext
 from postroom.store import imap as rows
 from postroom.store import search_index
 from postroom.store import threads as thread_rows
@@ -314,8 +314,7 @@ def sync_folder(
         _store_batch(app, account, folder, uidvalidity, prepared, max(batch), stale, result)
     # A reset: what did not come back under the new UIDVALIDITY is gone.
     if stale:
-        with app.db.read() as tx:
-            gone = [r for r in stale.values()]
+        gone = list(stale.values())
         now = app.clock.now_ms()
         blobs: list[str] = []
         with app.db.write() as tx:
@@ -494,11 +493,4 @@ def handle_dispatch(ctx: JobContext) -> None:
     stranded(ctx.app)
 
 
-__all__ = [
-    "DISPATCH_JOB",
-    "SYNC_JOB",
-    "SyncResult",
-    "TransientFailure",
-    "dispatch",
-    "sync_account",
-]
+__all__ = ["DISPATCH_JOB", "SYNC_JOB", "SyncResult", "dispatch", "sync_account"]
