@@ -423,17 +423,12 @@ def sync_account(app: App, account_id: str) -> SyncResult:
         with connect(app, account.host, account.port, account.tls_mode) as client:
             login(client, account.username, account.auth_kind, secret_of(app, account))
             qresync = "QRESYNC" in client.capabilities and client.enable_qresync()
-            for folder in _bind_folders(app, account, client.list_folders()):
+            bound = _bind_folders(app, account, client.list_folders())
+            for folder in bound:
                 result.folders.append(sync_folder(app, client, account, folder, qresync=qresync))
             if app.settings.imap_idle_seconds and "IDLE" in client.capabilities:
-                inbox = next(
-                    (
-                        f
-                        for f in _bind_folders(app, account, client.list_folders())
-                        if f.path.upper() == "INBOX"
-                    ),
-                    None,
-                )
+                # sync_folder re-reads the binding's checkpoint, so the row from above serves.
+                inbox = next((f for f in bound if f.path.upper() == "INBOX"), None)
                 if inbox is not None:
                     client.select(inbox.path, readonly=True)
                     if client.idle(app.settings.imap_idle_seconds):

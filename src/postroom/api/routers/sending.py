@@ -17,7 +17,6 @@ from postroom.api.core import (
     Caller,
     Principal,
     app_of,
-    decode_cursor,
     endpoint,
     owning_tenant,
     paginate,
@@ -41,7 +40,12 @@ from postroom.api.models.outbound import (
     draft_content,
     send_input,
 )
-from postroom.api.routers.messages import identity_reached, message_in_reach, sees_identity
+from postroom.api.routers.messages import (
+    identity_reached,
+    message_in_reach,
+    position_of,
+    sees_identity,
+)
 from postroom.errors import NotFound
 from postroom.outbound import drafts as draft_service
 from postroom.outbound import policy
@@ -169,8 +173,7 @@ def list_outbox(
             tenant = identity.tenant_id
         else:
             tenant = owning_tenant(tx, caller, tenant_id).id
-    position = decode_cursor(request, cursor, (int, str))
-    after = None if position is None else (int(position[0]), str(position[1]))
+    after = position_of(request, cursor)
     f = outbox_rows.OutboxFilter(
         tenant_id=tenant,
         identity_id=identity_id,
@@ -252,8 +255,7 @@ def list_drafts(
     app = app_of(request)
     with app.db.read() as tx:
         identity = identity_reached(tx, caller, identity_id)
-    position = decode_cursor(request, cursor, (int, str))
-    after = None if position is None else (int(position[0]), str(position[1]))
+    after = position_of(request, cursor)
     found = draft_service.list_page(app, identity.id, after, limit + 1)
     page, next_cursor = paginate(request, found, limit, lambda d: (d.revised_at, d.id))
     return Page[DraftOut](data=[DraftOut.of(d) for d in page], next_cursor=next_cursor)
@@ -307,8 +309,7 @@ def list_suppressions(
     app = app_of(request)
     with app.db.read() as tx:
         tenant = owning_tenant(tx, caller, tenant_id)
-    position = decode_cursor(request, cursor, (int, str))
-    after = None if position is None else (int(position[0]), str(position[1]))
+    after = position_of(request, cursor)
     found = policy.list_suppressions(app, tenant.id, after, limit + 1, reason)
     page, next_cursor = paginate(request, found, limit, lambda s: (s.created_at, s.address_hash))
     return Page[SuppressionOut](data=[SuppressionOut.of(s) for s in page], next_cursor=next_cursor)
