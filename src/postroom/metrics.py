@@ -1,4 +1,5 @@
-"""Prometheus metrics of one App: HTTP requests, SMTP outcomes, job queue depth.
+"""Prometheus metrics of one App: HTTP requests, SMTP outcomes, verification waits, job
+queue depth.
 
 Each App owns its registry (no process-global state, so tests and several Apps in one
 process never mix counts). The API serves it at ``/metrics``.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -60,6 +61,16 @@ class Metrics:
             "postroom_smtp_recipients",
             "SMTP RCPT TO answers by outcome",
             ["outcome"],
+            registry=self.registry,
+        )
+        self.code_waits = Gauge(
+            "postroom_code_waits",
+            "Verification waits (codes.wait long-polls) in progress",
+            registry=self.registry,
+        )
+        self.code_waits_started = Counter(
+            "postroom_code_waits_started",
+            "Verification waits (codes.wait long-polls) begun",
             registry=self.registry,
         )
         self._queue_collector: _QueueDepth | None = None

@@ -7,7 +7,7 @@ import dataclasses
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -33,6 +33,17 @@ def code_mail(code: str, to: str, *, sender: str = SENDER, link: bool = False) -
         to=to,
         message_id=f"{uuid.uuid4().hex}@mail.acme.example",
     )
+
+
+def until_metric(api: ApiWorld, name: str, ok: Callable[[float], bool]) -> None:
+    """Wait (at most 30 s) until the App's metric ``name`` satisfies ``ok``."""
+    deadline = time.monotonic() + 30
+    while True:
+        value = api.app.metrics.registry.get_sample_value(name) or 0.0
+        if ok(value):
+            return
+        assert time.monotonic() < deadline, f"{name} stayed at {value}"
+        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -91,7 +102,9 @@ def test_a_code_reaches_exactly_the_twenty_waiters_it_matches(
     for thread in threads:
         thread.start()
     sent.wait()
-    time.sleep(1.0)  # every waiter is polling
+    # Mail that beats a wait is released to one waiter only, so deliver once all twenty
+    # are polling (a fixed sleep lost this race on a loaded CI machine).
+    until_metric(api, "postroom_code_waits_started_total", lambda v: v >= len(plans))
     [message_id] = deliver(api.app, code_mail("482913", address), address)
     for thread in threads:
         thread.join(timeout=40)
@@ -240,7 +253,8 @@ def test_a_client_that_hangs_up_stops_waiting(api: ApiWorld, api_server: Any) ->
     url = f"{api_server.url}/v1/identities/{identity}/codes/wait"
     with pytest.raises(httpx.ReadTimeout), httpx.Client(timeout=0.5) as client:
         client.get(url, params={"timeout": 20}, headers=api.headers())
-    time.sleep(0.6)  # the server notices within a poll interval
+    until_metric(api, "postroom_code_waits_started_total", lambda v: v == 1)
+    until_metric(api, "postroom_code_waits", lambda v: v == 0)  # the server noticed
     deliver(api.app, code_mail("246810", address), address)
     time.sleep(0.8)  # a wait still polling would release (consume) the code now
     listed = api.client.get(f"/v1/identities/{identity}/codes", headers=api.headers()).json()

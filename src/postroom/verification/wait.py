@@ -106,16 +106,18 @@ async def wait_for_verification(
     once (None) rather than polling, and perhaps releasing a code, for nobody.
     """
     found: VerificationRow | None = None
-    async with anyio.create_task_group() as group:
-        if client_gone is not None:
+    app.metrics.code_waits_started.inc()
+    with app.metrics.code_waits.track_inprogress():
+        async with anyio.create_task_group() as group:
+            if client_gone is not None:
 
-            async def watch() -> None:
-                await client_gone()
-                group.cancel_scope.cancel()
+                async def watch() -> None:
+                    await client_gone()
+                    group.cancel_scope.cancel()
 
-            group.start_soon(watch)
-        found = await _poll(app, wait, timeout_s)
-        group.cancel_scope.cancel()
+                group.start_soon(watch)
+            found = await _poll(app, wait, timeout_s)
+            group.cancel_scope.cancel()
     return found
 
 
