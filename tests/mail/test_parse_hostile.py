@@ -1,7 +1,10 @@
-"""Hostile messages: each is parsed in under 2 s with under 256 MB of extra memory, and
-comes back as a storable ParsedMessage, flagged as the bounds require.
+"""Hostile messages: each is parsed in under 5 s of CPU with under 256 MB of extra
+memory, and comes back as a storable ParsedMessage, flagged as the bounds require.
 
-Time is measured without tracing; memory in a second run under tracemalloc (which sees
+The bounds catch work that grows out of proportion (a quadratic path takes minutes on
+these inputs), not speed: the slowest case takes about 1 s. Time is CPU time of this
+process, so other processes on a busy CI machine do not count; it is measured without
+tracing, memory in a second run under tracemalloc (which sees
 every Python allocation, the decoded chunks included). The input bytes themselves are
 built before measuring: they are the stored raw message, not parser overhead.
 """
@@ -20,7 +23,7 @@ from postroom.mail.message import ParsedMessage
 from postroom.mail.mime import MAX_DEPTH, MAX_PARTS
 from postroom.mail.parse import parse_message
 
-SECONDS = 2.0
+SECONDS = 5.0  # of CPU
 EXTRA_BYTES = 256 * 1024 * 1024
 HEAD = b"From: a@example.com\r\nMessage-ID: <hostile@example.com>\r\n"
 
@@ -72,9 +75,9 @@ def _bad_names() -> bytes:
 
 
 def _measure(raw: bytes) -> tuple[ParsedMessage, float, int]:
-    started = time.perf_counter()
+    started = time.process_time()
     parsed = parse_message(raw)
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     tracemalloc.start()
     try:
         parse_message(raw)
@@ -166,9 +169,9 @@ def test_huge_text_body_is_truncated() -> None:
 def test_deeply_nested_html_is_bounded() -> None:
     html = b"<div>" * 100_000 + b"deep" + b"</div>" * 100_000
     raw = HEAD + b"Content-Type: text/html\r\n\r\n" + html
-    started = time.perf_counter()
+    started = time.process_time()
     parsed = parse_message(raw)
-    assert time.perf_counter() - started < SECONDS
+    assert time.process_time() - started < SECONDS
     assert parsed.html is not None
 
 
@@ -178,9 +181,9 @@ def test_base64_made_of_padding_is_bounded() -> None:
         + b"Content-Type: application/octet-stream\r\nContent-Transfer-Encoding: base64\r\n\r\n"
         + b"A=" * 5_000_000
     )
-    started = time.perf_counter()
+    started = time.process_time()
     parsed = parse_message(raw)
-    assert time.perf_counter() - started < SECONDS
+    assert time.process_time() - started < SECONDS
     assert len(parsed.attachments) == 1
 
 
@@ -191,9 +194,9 @@ def test_many_false_boundaries_are_bounded() -> None:
         + b"--ab\r\n" * 2_000_000
         + b"--a--\r\n"
     )
-    started = time.perf_counter()
+    started = time.process_time()
     parsed = parse_message(raw)
-    assert time.perf_counter() - started < SECONDS
+    assert time.process_time() - started < SECONDS
     assert isinstance(parsed, ParsedMessage)
 
 

@@ -176,7 +176,7 @@ def test_random_input_never_raises() -> None:
 )
 def test_huge_input_is_fast(unit: str) -> None:
     body = unit * (5_000_000 // len(unit))
-    started = time.perf_counter()
+    started = time.process_time()  # CPU: other processes on a busy machine do not count
     extract_refs(body, body, default_region="GB")
     # Measured at about 0.05-0.15 s; the bound leaves room for a slow CI machine.
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 3.0
