@@ -36,6 +36,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from postroom.mail.patterns import trie_pattern
+
 __all__ = [
     "MAX_HTML_CHARS",
     "MAX_SUBJECT_CHARS",
@@ -214,23 +216,32 @@ _AMBIGUOUS_PHRASES = (
 _NOT_CODE_CONTEXT = frozenset({"of", "review", "reviews", "snippet", "editor", "base", "block"})
 
 
-def _alternation(phrases: tuple[str, ...]) -> str:
+def _atoms(phrase: str) -> list[str]:
     # Typographic and straight apostrophes both occur ("code d’activation"); a space
     # matches a space, a hyphen or nothing.
-    ordered = sorted(phrases, key=len, reverse=True)
-    return "|".join(
-        r"[\s\-]?".join(re.escape(word).replace("'", "['’]") for word in phrase.split(" "))
-        for phrase in ordered
-    )
+    atoms: list[str] = []
+    for n, word in enumerate(phrase.split(" ")):
+        if n:
+            atoms.append(r"[\s\-]?")
+        atoms += ["['’]" if char == "'" else re.escape(char) for char in word]
+    return atoms
+
+
+def _keyword_key(matched: str) -> str:
+    # What a phrase and every way of writing it have in common.
+    return _SEPARATORS.sub("", matched).replace("’", "'")
+
+
+_SEPARATORS = re.compile(r"[\s\-]")
+_STRONG_KEYS = frozenset(_keyword_key(phrase) for phrase in _STRONG_PHRASES)
 
 
 # Matched against the lower-cased text, without re.IGNORECASE and without look-behinds:
 # both would stop the engine from skipping quickly over text that cannot start a keyword,
 # which costs ten times more on a long body. Word boundaries are checked afterwards
-# (_at_word_boundaries).
-_KEYWORD = re.compile(
-    rf"(?P<strong>{_alternation(_STRONG_PHRASES)})|(?P<weak>{_alternation(_WEAK_WORDS)})"
-)
+# (_at_word_boundaries). One trie of strong and weak keywords: the longest wins, so
+# "code de vérification" is read as the strong phrase, not the weak "code".
+_KEYWORD = re.compile(trie_pattern(_atoms(phrase) for phrase in _STRONG_PHRASES + _WEAK_WORDS))
 
 # A code: 4-10 digits or upper-case letters and digits, or two groups of 3-5 split by a
 # space (digits only, "123 456") or a hyphen ("ABC-DEF", "123-456").
@@ -307,7 +318,7 @@ def _codes(text: str) -> Iterator[tuple[int, int, str]]:
             return
         if not _at_word_boundaries(text, keyword.start(), keyword.end()):
             continue
-        strong = keyword["strong"] is not None
+        strong = _keyword_key(keyword[0]) in _STRONG_KEYS
         if not strong and not _names_one_time_code(text, keyword.start(), keyword.end()):
             continue
         ambiguous = not strong or lowered.startswith(_AMBIGUOUS_PHRASES, keyword.start())

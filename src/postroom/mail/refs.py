@@ -37,6 +37,8 @@ from decimal import Decimal, InvalidOperation
 
 import phonenumbers
 
+from postroom.mail.patterns import word_pattern
+
 __all__ = [
     "MAX_BODY_CHARS",
     "MAX_REFS",
@@ -203,16 +205,11 @@ def _words(spaced: str) -> frozenset[str]:
     return frozenset(spaced.split())
 
 
-def _alternation(words: tuple[str, ...] | list[str]) -> str:
-    # Longest first, so that "bestellnummer" wins over "bestellung"'s prefix and so on.
-    return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
-
-
 # Matched against the lower-cased text (see _scan).
 _LABELLED = re.compile(
     rf"""
     (?<![a-zà-ÿ])
-    (?:(?P<order>{_alternation(_ORDER_LABELS)})|(?P<invoice>{_alternation(_INVOICE_LABELS)}))
+    (?:(?P<order>{word_pattern(_ORDER_LABELS)})|(?P<invoice>{word_pattern(_INVOICE_LABELS)}))
     (?![a-zà-ÿ])
     [ \t]{{0,3}}
     (?:(?:confirmation|bestätigung|confirmée|confirmé)[ \t]{{1,3}})?
@@ -284,17 +281,22 @@ _CODES = _words(
 )
 _MINOR_DIGITS = {"JPY": 0, "KRW": 0, "VND": 0, "CLP": 0, "ISK": 0}
 
-_NUMBER = r"[0-9](?:[0-9]|[.,'’\u00a0\u202f\u2009 ](?=[0-9])){0,24}+"
-_PREFIX_SYMBOLS = _alternation([s for s in _SYMBOLS if s not in _SUFFIX_ONLY])
-_CODE_ALTERNATION = "|".join(sorted(_CODES))
+# A pattern that opens with a look-behind makes the engine run it at every position of
+# the text; one that opens with a character class lets it skip to the characters that can
+# start a match. So "not after a digit" is checked right after the first character:
+# "9(?<![0-9]9)" rather than "(?<![0-9])9" (the same matches, three times faster).
+_NUMBER_TAIL = r"(?:[0-9]|[.,'’\u00a0\u202f\u2009 ](?=[0-9])){0,24}+"
+_NUMBER = rf"[0-9]{_NUMBER_TAIL}"
+_PREFIX_SYMBOLS = word_pattern([s for s in _SYMBOLS if s not in _SUFFIX_ONLY])
+_CODE_ALTERNATION = word_pattern(_CODES)
 _AMOUNT_PREFIX = re.compile(
     rf"(?<![A-Za-z0-9])(?P<cur>{_PREFIX_SYMBOLS}|{_CODE_ALTERNATION})"
     # "$5M" and "£5k" are not five units.
     rf"[ \u00a0]?(?P<num>{_NUMBER})(?![0-9A-Za-z])"
 )
 _AMOUNT_SUFFIX = re.compile(
-    rf"(?<![0-9.,])(?P<num>{_NUMBER})[ \u00a0]?"
-    rf"(?P<cur>{_alternation(list(_SYMBOLS))}|{_CODE_ALTERNATION})(?![A-Za-z])"
+    rf"(?P<num>[0-9](?<![0-9.,][0-9]){_NUMBER_TAIL})[ \u00a0]?"
+    rf"(?P<cur>{word_pattern(list(_SYMBOLS))}|{_CODE_ALTERNATION})(?![A-Za-z])"
 )
 
 
@@ -419,9 +421,11 @@ def _match_phones(
 # ---------------------------------------------------------------------------------------
 # Tracking numbers: carrier formats with check digits, or a value after a tracking label.
 
-_UPS = re.compile(r"(?<![A-Za-z0-9])1Z(?:[ ]?[A-Z0-9]){16}(?![A-Za-z0-9])")
-_S10 = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}[ ]?(?:[0-9][ ]?){8}[0-9][ ]?[A-Z]{2}(?![A-Za-z0-9])")
-_USPS22 = re.compile(r"(?<![0-9])9[1-5](?:[ ]?[0-9]){20}(?![0-9])")
+_UPS = re.compile(r"1(?<![A-Za-z0-9]1)Z(?:[ ]?[A-Z0-9]){16}(?![A-Za-z0-9])")
+_S10 = re.compile(
+    r"[A-Z](?<![A-Za-z0-9][A-Z])[A-Z][ ]?(?:[0-9][ ]?){8}[0-9][ ]?[A-Z]{2}(?![A-Za-z0-9])"
+)
+_USPS22 = re.compile(r"9(?<![0-9]9)[1-5](?:[ ]?[0-9]){20}(?![0-9])")
 _DIGIT_RUN = re.compile(r"(?<![0-9A-Za-z])(?:[0-9]{15}|[0-9]{12}|[0-9]{10})(?![0-9A-Za-z])")
 _CARRIER = re.compile(r"(?<![a-z])(?P<name>fedex|dhl)(?![a-z])")  # on lowered text
 _TRACKING_LABEL = re.compile(  # on lowered text
@@ -536,27 +540,27 @@ for _number, _names in enumerate(
 ):
     for _name in _names.split():
         _MONTHS[_name] = _number
-_MONTH = _alternation(list(_MONTHS))
+_MONTH = word_pattern(list(_MONTHS))
 
 _DATE_PATTERNS = (
     # 2024-05-01, 2024/05/01, 2024.05.01
     re.compile(
-        r"(?<![0-9A-Za-z./\-])(?P<y>(?:19|20)[0-9]{2})(?P<sep>[-/.])(?P<m>[0-9]{2})(?P=sep)"
+        r"(?P<y>(?:19|20)(?<![0-9A-Za-z./\-]..)[0-9]{2})(?P<sep>[-/.])(?P<m>[0-9]{2})(?P=sep)"
         r"(?P<d>[0-9]{2})(?![0-9]|[.\-/][0-9])"
     ),
     # 01.05.2024: the dotted form is day-first wherever it is used.
     re.compile(
-        r"(?<![0-9A-Za-z./\-])(?P<d>[0-9]{1,2})\.(?P<m>[0-9]{1,2})\.(?P<y>(?:19|20)[0-9]{2})"
+        r"(?P<d>[0-9](?<![0-9A-Za-z./\-][0-9])[0-9]?)\.(?P<m>[0-9]{1,2})\.(?P<y>(?:19|20)[0-9]{2})"
         r"(?![0-9]|[.\-/][0-9])"
     ),
     # 13/05/2024 or 05/13/2024: resolved below, or dropped when ambiguous.
     re.compile(
-        r"(?<![0-9A-Za-z./\-])(?P<a>[0-9]{1,2})(?P<sep>[/-])(?P<b>[0-9]{1,2})(?P=sep)"
+        r"(?P<a>[0-9](?<![0-9A-Za-z./\-][0-9])[0-9]?)(?P<sep>[/-])(?P<b>[0-9]{1,2})(?P=sep)"
         r"(?P<y>(?:19|20)[0-9]{2})(?![0-9]|[.\-/][0-9])"
     ),
     # 1 May 2024, 1st May 2024, 1. Mai 2024, 1er mai 2024, 1 de mayo de 2024
     re.compile(
-        rf"(?<![0-9a-z.])(?P<d>[0-9]{{1,2}})(?:st|nd|rd|th|er|\.)?[ ]{{1,2}}(?:de[ ]+)?"
+        rf"(?P<d>[0-9](?<![0-9a-z.][0-9])[0-9]?)(?:st|nd|rd|th|er|\.)?[ ]{{1,2}}(?:de[ ]+)?"
         rf"(?P<mon>{_MONTH})(?![a-zà-ÿ])\.?,?[ ]{{1,2}}(?:de[ ]+)?(?P<y>(?:19|20)[0-9]{{2}})"
         rf"(?![0-9])",
     ),

@@ -25,6 +25,8 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from postroom.mail.patterns import word_pattern
+
 __all__ = [
     "FORWARD_PREFIXES",
     "MAX_ANCESTORS",
@@ -105,18 +107,12 @@ FORWARD_PREFIXES: tuple[str, ...] = (
 )
 
 
-def _alternation(tokens: tuple[str, ...]) -> str:
-    # Longest first, so "fwd" is tried before "fw" and "res" before "re"; regex
-    # backtracking would find them anyway, but this keeps the match obvious.
-    return "|".join(re.escape(t) for t in sorted(set(tokens), key=len, reverse=True))
-
-
 # A prefix is a known token, an optional counter ("Re[2]:", "Re(2):", "Re^2:"), and a
 # colon. The colon is required: without it "Re" and "R" are ordinary words. "Réf."
 # carries a full stop before its colon ("Réf. :"). The subject has been put through NFKC
 # first, so the full-width colon of "回复：" is an ordinary colon here.
 _PREFIX_RE = re.compile(
-    rf"(?:{_alternation(REPLY_PREFIXES + FORWARD_PREFIXES)})\.?"
+    rf"(?:{word_pattern(REPLY_PREFIXES + FORWARD_PREFIXES)})\.?"
     r"\s*(?:\[\s*\d+\s*\]|\(\s*\d+\s*\)|\^\s*\d+)?\s*:\s*",
     re.IGNORECASE,
 )
