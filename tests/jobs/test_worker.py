@@ -120,14 +120,16 @@ def test_a_handler_that_sees_the_stop_gives_its_job_back(
 def test_lease_renewal_keeps_a_job_that_outlives_its_lease(
     app: Any, registry: HandlerRegistry, tmp_path: Path
 ) -> None:
-    app.queue = JobQueue(app.db, app.clock, QueuePolicy(lease_ms=300))
+    # Renewal runs every third of the lease: a 1 s lease survives a 600 ms stall of the
+    # renewer on a loaded machine (300 ms did not leave enough room).
+    app.queue = JobQueue(app.db, app.clock, QueuePolicy(lease_ms=1000))
     out = tmp_path / "marker"
-    job = app.queue.enqueue("test.sleep", "s", {"file": str(out), "seconds": 1.2})
+    job = app.queue.enqueue("test.sleep", "s", {"file": str(out), "seconds": 2.6})
     worker = Worker(app, registry, concurrency=1, poll_interval_s=0.02)
     worker.start()
     try:
         _wait_for(lambda: out.exists())
-        time.sleep(0.6)  # twice the lease: only renewal keeps it
+        time.sleep(2.0)  # twice the lease: only renewal keeps it
         assert app.queue.claim(["test.sleep"], "thief") is None
         _wait_for(lambda: _state(app, job.id)["state"] == "succeeded")
     finally:
