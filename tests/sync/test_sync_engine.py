@@ -308,3 +308,40 @@ def _ids(sample: list[bytes]) -> Iterator[str]:
 
     for raw in sample:
         yield parse_message(raw).rfc_message_id
+
+
+def test_a_server_at_its_connection_limit_throttles_the_account_until_it_frees_up(
+    ready_app: Any, dovecot: Any
+) -> None:
+    server = dovecot(max_connections=1)  # Dovecot answers more with NO [LIMIT]
+    account = _account(ready_app, server, username="limited")
+    assert sync_account(ready_app, account.id).status == "ok"
+    held = server.client()  # the user's one connection, taken by another mail client
+    with pytest.raises(accounts.ImapConnectionFailed) as refused:
+        _account(ready_app, server, username="limited2")
+    assert refused.value.code == "imap_throttled"  # not imap_auth_failed: the password is fine
+    before = ready_app.clock.now_ms()
+    assert sync_account(ready_app, account.id).status == "throttled"
+    with ready_app.db.read() as tx:
+        current = rows.get_account(tx, account.id)
+    assert current is not None and current.status == "throttled"
+    assert current.status_reason == "throttled" and current.consecutive_failures == 1
+    assert current.next_sync_at >= before + current.sync_interval_seconds * 1000  # backs off
+    held.logout()
+    deadline = time.monotonic() + 10  # Dovecot counts the connection gone once it has exited
+    while (status := sync_account(ready_app, account.id).status) != "ok":
+        assert status == "throttled" and time.monotonic() < deadline
+        time.sleep(0.1)
+    with ready_app.db.read() as tx:
+        changes = [
+            (data["previous_status"], data["status"])
+            for data in (
+                json.loads(r["payload_json"])["data"]
+                for r in tx.fetchall(
+                    "SELECT payload_json FROM events WHERE type = 'imap_account.status_changed'"
+                    " AND identity_id = %s ORDER BY occurred_at, id",
+                    (account.identity_id,),
+                )
+            )
+        ]
+    assert changes == [("pending", "ok"), ("ok", "throttled"), ("throttled", "ok")]

@@ -18,6 +18,7 @@ from postroom.sync.imap_client import (
     ImapError,
     ImapNoSuchFolder,
     ImapProtocolError,
+    ImapThrottled,
     ImapTlsError,
     ImapUnreachable,
     decode_mutf7,
@@ -421,3 +422,35 @@ def test_append_without_literal_plus_waits_for_the_continuation(hostile: Any) ->
     client = hostile(script)
     assert client.append("Sent", b"Subject: s\r\n\r\nbody\r\n", ["\\Seen"]) == 42
     assert received == [b"P0001 APPEND Sent (\\Seen) {20}\r\n", b"Subject: s\r\n\r\nbody\r\n\r\n"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "code"),
+    [
+        # RFC 5530 LIMIT (Dovecot's per-user connection limit) and Gmail's THROTTLED say
+        # "not now", not "wrong password"; UNAVAILABLE says the server's backend is down.
+        (
+            b"P0001 NO [LIMIT] Maximum number of connections exceeded\r\n",
+            ImapThrottled,
+            "throttled",
+        ),
+        (b"P0001 NO [THROTTLED] Account exceeded command limits\r\n", ImapThrottled, "throttled"),
+        (b"P0001 NO [UNAVAILABLE] Backend down\r\n", ImapUnreachable, "unreachable"),
+        (b"P0001 NO [AUTHENTICATIONFAILED] Invalid credentials\r\n", ImapAuthError, "auth_failed"),
+    ],
+)
+def test_a_refused_login_says_whether_to_retry(
+    hostile: Any, answer: bytes, error: type[ImapError], code: str
+) -> None:
+    client = hostile(_answer(answer))
+    with pytest.raises(error) as caught:
+        client.login("someone", "secret")
+    assert caught.value.code == code
+    assert caught.value.transient is (code != "auth_failed")
+
+
+def test_a_throttled_command_is_transient(hostile: Any) -> None:
+    client = hostile(_answer(b"P0001 NO [THROTTLED] Too many commands\r\n"))
+    with pytest.raises(ImapThrottled) as caught:
+        client.select("INBOX")
+    assert caught.value.transient and "THROTTLED" in str(caught.value)

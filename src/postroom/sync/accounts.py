@@ -24,6 +24,7 @@ from postroom.sync.imap_client import (
     ImapClient,
     ImapError,
     ImapNoSuchFolder,
+    ImapThrottled,
     ImapTlsError,
     ImapUnreachable,
 )
@@ -132,6 +133,13 @@ def _failure(exc: ImapError) -> ImapConnectionFailed:
     if isinstance(exc, ImapUnreachable):
         return ImapConnectionFailed(
             "the IMAP server could not be reached", code="imap_unreachable", field="host"
+        )
+    if isinstance(exc, ImapThrottled):
+        return ImapConnectionFailed(
+            "the IMAP server refused the connection for now (too many connections or"
+            " requests); try again later",
+            code="imap_throttled",
+            field="host",
         )
     if isinstance(exc, ImapNoSuchFolder):
         return ImapConnectionFailed(

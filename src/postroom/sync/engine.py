@@ -23,8 +23,9 @@ One run (:func:`sync_account`, the ``imap.sync`` job):
    \\Deleted is a flag, not a deletion.
 
 The account's status (``ok``, ``auth_failed``, ``tls_failed``, ``unreachable``,
-``error``) is written after each run, with an ``imap_account.status_changed`` event when
-it changes; failures back off exponentially up to the account's interval × 8.
+``throttled``, ``error``) is written after each run, with an
+``imap_account.status_changed`` event when it changes; failures back off exponentially up
+to the account's interval × 8.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from postroom.sync.imap_client import (
     ImapAuthError,
     ImapClient,
     ImapError,
+    ImapThrottled,
     ImapTlsError,
     ImapUnreachable,
 )
@@ -438,6 +440,10 @@ def sync_account(app: App, account_id: str) -> SyncResult:
     except ImapAuthError:
         result.status = "auth_failed"
         _record_status(app, account, "auth_failed", "auth_failed")
+        return result
+    except ImapThrottled:
+        result.status = "throttled"
+        _record_status(app, account, "throttled", "throttled")
         return result
     except ImapTlsError:
         result.status = "tls_failed"

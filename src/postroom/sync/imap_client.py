@@ -16,7 +16,10 @@ The exception tree (every error has a stable ``code`` and a ``transient`` flag):
     │                         qresync_unavailable, closed, rejected, ... (base)
     ├── ImapAuthError         auth_failed
     ├── ImapTlsError          tls_failed
-    ├── ImapUnreachable       unreachable (DNS, refused, timeout while connecting)
+    ├── ImapUnreachable       unreachable (DNS, refused, timeout while connecting; a
+    │                         server answering [UNAVAILABLE], RFC 5530)
+    ├── ImapThrottled         throttled: [LIMIT] (RFC 5530; Dovecot's per-user connection
+    │                         limit) or [THROTTLED] (Gmail) on any command
     ├── ImapProtocolError     literal_too_large, malformed_literal, line_too_long,
     │                         response_too_large, bad_response
     └── ImapNoSuchFolder      folder_missing
@@ -51,6 +54,7 @@ __all__ = [
     "ImapError",
     "ImapNoSuchFolder",
     "ImapProtocolError",
+    "ImapThrottled",
     "ImapTlsError",
     "ImapUnreachable",
     "decode_mutf7",
@@ -66,7 +70,10 @@ _RECV_SIZE = 256 << 10
 _META_CHUNK = 500
 _MAX_SET_MEMBERS = 10_000_000
 _SPECIAL_USE = ("\\All", "\\Archive", "\\Drafts", "\\Flagged", "\\Junk", "\\Sent", "\\Trash")
-_TRANSIENT = frozenset({"timeout", "connection_lost", "unreachable", "rejected"})
+_TRANSIENT = frozenset({"timeout", "connection_lost", "unreachable", "rejected", "throttled"})
+# Response codes that say "not now" rather than "no": a server refusing LOGIN with one of
+# them has not judged the credentials.
+_THROTTLE_CODES = frozenset({"LIMIT", "THROTTLED"})
 
 
 class ImapError(PostroomError):
@@ -93,6 +100,10 @@ class ImapTlsError(ImapError):
 
 class ImapUnreachable(ImapError):
     code = "unreachable"
+
+
+class ImapThrottled(ImapError):
+    code = "throttled"
 
 
 class ImapProtocolError(ImapError):
@@ -707,10 +718,20 @@ class ImapClient:
     def _ok(self, tagged: _Response, what: str) -> None:
         if tagged.word == "OK":
             return
+        self._not_now(tagged, what)
         name, _ = tagged.code()
         if name in ("TRYCREATE", "NONEXISTENT"):
             raise ImapNoSuchFolder(detail=f"{what}: {tagged.text()}")
         raise ImapError("command_failed", f"{what}: {tagged.word} {tagged.text()}")
+
+    @staticmethod
+    def _not_now(tagged: _Response, what: str) -> None:
+        """Raise when a refusal is the server's load or limits talking, not a verdict."""
+        name, _ = tagged.code()
+        if name in _THROTTLE_CODES:
+            raise ImapThrottled(detail=f"{what}: {tagged.word} {tagged.text()}")
+        if name == "UNAVAILABLE":
+            raise ImapUnreachable(detail=f"{what}: {tagged.word} {tagged.text()}")
 
     def _refresh_capabilities(self) -> None:
         tagged, _ = self._run(b"CAPABILITY")
@@ -727,6 +748,7 @@ class ImapClient:
             raise ImapAuthError(detail="the server disabled LOGIN on this connection")
         tagged, _ = self._run(b"LOGIN", _astring(username), _astring(password))
         if tagged.word != "OK":
+            self._not_now(tagged, "LOGIN")
             raise ImapAuthError(detail=tagged.text())
         if tagged.code()[0] != "CAPABILITY":
             self._refresh_capabilities()
@@ -751,6 +773,7 @@ class ImapClient:
         else:
             tagged, _ = self._run(b"AUTHENTICATE", b"XOAUTH2", on_continue=respond)
         if tagged.word != "OK":
+            self._not_now(tagged, "AUTHENTICATE")
             raise ImapAuthError(detail=tagged.text())
         if tagged.code()[0] != "CAPABILITY":
             self._refresh_capabilities()
@@ -793,6 +816,7 @@ class ImapClient:
         self._exists = 0
         tagged, untagged = self._run(*args)
         if tagged.word != "OK":
+            self._not_now(tagged, "EXAMINE" if readonly else "SELECT")
             raise ImapNoSuchFolder(detail=f"{folder!r}: {tagged.text()}")
         uidvalidity: int | None = None
         highestmodseq: int | None = None

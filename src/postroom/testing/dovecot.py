@@ -64,12 +64,16 @@ class Dovecot:
         *,
         users: tuple[tuple[str, str], ...] = ((USER, PASSWORD),),
         tls: bool = False,
+        max_connections: int = 1000,
     ) -> None:
+        """``max_connections``: Dovecot's ``mail_max_userip_connections``, the logged-in
+        connections one user may hold from one address (more get ``NO [LIMIT]``)."""
         binary = _binary()
         if binary is None:
             raise RuntimeError("dovecot is not installed (Debian package dovecot-imapd)")
         self.host = "127.0.0.1"
         self.tls = tls
+        self.max_connections = max_connections
         self.root = Path(tempfile.mkdtemp(prefix="postroom-dovecot-"))
         self.root.chmod(0o755)
         self.home = self.root / "home"
@@ -143,7 +147,7 @@ class Dovecot:
             "userdb {\n  driver = static\n"
             f"  args = uid={self._mail_uid} gid={self._mail_gid} home={self.home}/%u\n}}\n"
             "mail_location = maildir:~/Maildir\n"
-            "protocol imap {\n  mail_max_userip_connections = 1000\n}\n"
+            f"protocol imap {{\n  mail_max_userip_connections = {self.max_connections}\n}}\n"
             f"namespace inbox {{\n  inbox = yes\n  separator = /\n{mailboxes}}}\n"
             "service imap-login {\n"
             f"  inet_listener imap {{\n    address = 127.0.0.1\n    port = {self.port}\n  }}\n"
