@@ -13,6 +13,16 @@ back from the database). Reported per run:
 * ``wall_per_s`` — N / seconds from starting the workers to the last settle (process
   start-up included).
 
+Two ceilings are measured in the same run, so the figures can be read against what this
+machine allows at all:
+
+* **the sink** — a bare smtplib client (no database) sending N messages of the same
+  size to a fresh SmtpPeer, NOOP + MAIL + RCPT + DATA each as the relay transport does,
+  over one connection per thread, with 1 and 4 threads;
+* **the commit** — one-row write transactions per second on a SQLite file in the same
+  folder with the settings Postroom uses (WAL, ``synchronous = FULL``); a send costs
+  five of them (job claim, outbox claim, ``transmission_begun``, settle, job complete).
+
 Prints a table and writes bench/results/send.json.
 
     .venv/bin/python bench/send.py [--messages 1000] [--workers 1,4] [--concurrency 4]
@@ -26,8 +36,11 @@ import json
 import os
 import platform
 import secrets
+import smtplib
+import sqlite3
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -88,6 +101,10 @@ def run_once(
             started = time.perf_counter()
             record_many(app, sender, [[f"r{n}@example.com"] for n in range(messages)])
             record_s = time.perf_counter() - started
+            with app.db.read() as tx:
+                mime_bytes = int(
+                    tx.fetchval("SELECT avg(length(mime)) FROM outgoing_email_contents")
+                )
 
             env = worker_env(
                 settings,
@@ -130,7 +147,60 @@ def run_once(
         "record_per_s": messages / record_s,
         "drain_per_s": (messages - 1) / span_s,
         "wall_per_s": messages / wall_s,
+        "mime_bytes": mime_bytes,
     }
+
+
+def sink_ceiling(messages: int, threads: int, size: int) -> float:
+    """Messages/s a bare smtplib client gets through a fresh SmtpPeer (no database)."""
+    line = b"The quick brown fox jumps over the lazy dog, again and again.\r\n"
+    body = line * max(1, size // len(line))
+    per_thread = max(1, messages // threads)
+    failures: list[BaseException] = []
+
+    def client(host: str, port: int, n: int) -> None:
+        try:
+            with smtplib.SMTP(host, port, timeout=30) as smtp:
+                for i in range(per_thread):
+                    smtp.noop()
+                    head = f"From: bench@example.com\r\nTo: r{n}-{i}@example.com\r\n\r\n"
+                    smtp.sendmail(
+                        "bench@example.com", [f"r{n}-{i}@example.com"], head.encode() + body
+                    )
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    with SmtpPeer() as peer:
+        workers = [
+            threading.Thread(target=client, args=(peer.host, peer.port, n)) for n in range(threads)
+        ]
+        started = time.perf_counter()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        elapsed = time.perf_counter() - started
+    if failures:
+        raise SystemExit(f"the bare client failed: {failures[0]!r}")
+    return per_thread * threads / elapsed
+
+
+def commit_ceiling(folder: Path, commits: int = 1000) -> float:
+    """One-row write transactions/s on SQLite as Postroom opens it (WAL, full fsync)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(folder / "commits.db", isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = FULL")
+        db.execute("CREATE TABLE t (n INTEGER)")
+        started = time.perf_counter()
+        for n in range(commits):
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("INSERT INTO t VALUES (?)", (n,))
+            db.execute("COMMIT")
+        return commits / (time.perf_counter() - started)
+    finally:
+        db.close()
 
 
 def _pg_database(admin_url: str) -> tuple[Any, str, str] | None:
@@ -179,6 +249,14 @@ def main() -> None:
                     admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
                     admin.close()
 
+        size = max((r["mime_bytes"] for r in results), default=1000)
+        ceilings = {
+            "sink_1_thread_per_s": sink_ceiling(args.messages, 1, size),
+            "sink_4_threads_per_s": sink_ceiling(args.messages, 4, size),
+            "sqlite_commits_per_s": commit_ceiling(Path(tmp) / "commits"),
+        }
+        print(ceilings, file=sys.stderr)
+
     columns = ["record_per_s", "drain_per_s", "wall_per_s"]
     print(f"{'engine':<12}{'workers':>8}{'threads':>8}" + "".join(f"{c:>16}" for c in columns))
     for row in results:
@@ -186,6 +264,13 @@ def main() -> None:
             f"{row['engine']:<12}{row['workers']:>8}{row['concurrency']:>8}"
             + "".join(f"{row[c]:>16.0f}" for c in columns)
         )
+    print(
+        f"ceilings on this machine, same run: a bare smtplib client gets"
+        f" {ceilings['sink_1_thread_per_s']:.0f}/s (1 thread) and"
+        f" {ceilings['sink_4_threads_per_s']:.0f}/s (4 threads) through the same sink;"
+        f" SQLite commits {ceilings['sqlite_commits_per_s']:.0f}/s"
+        f" (a send costs 5: at most {ceilings['sqlite_commits_per_s'] / 5:.0f} sends/s)"
+    )
     RESULTS.mkdir(exist_ok=True)
     report = {
         "benchmark": "send",
@@ -193,6 +278,7 @@ def main() -> None:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
         "target": "1,000 sends/s with 4 workers on SQLite (issue 6)",
         "results": results,
+        "ceilings": ceilings,
     }
     (RESULTS / "send.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {RESULTS / 'send.json'}")
