@@ -332,6 +332,14 @@ class Settings:
         "Requests an API key may make at once before the per-minute rate applies.",
         default=120,
     )
+    http_max_request_bytes: int = setting(
+        "http.max_request_bytes",
+        _int_parser(1024, 1 << 30),
+        "integer",
+        "Largest request body the API reads (a larger one is refused with 413 "
+        "request_too_large before it is read); a form upload's files count at their size.",
+        default=50 * 1024 * 1024,
+    )
     http_max_wait_seconds: int = setting(
         "http.max_wait_seconds",
         _int_parser(1, 300),

@@ -6,6 +6,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Response
@@ -17,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from postroom import __version__
 from postroom.api import errors
 from postroom.api.core import Cursors
+from postroom.api.forms import FORM_ROUTES, FormRefused, accepts_form, form_to_json, is_form
 from postroom.api.ratelimit import Decision, RateLimiter
 from postroom.api.routers import ROUTERS
 from postroom.api.routes import ROUTES
@@ -88,7 +90,9 @@ class RequestContext:
                     extra.update(decision.headers())
             await send(message)
 
-        replay, refusal = await _screen(scope, receive, request_id)
+        replay, refusal = await _screen(
+            scope, receive, request_id, self.postroom.settings.http_max_request_bytes
+        )
         token = REQUEST_ID.set(request_id)
         try:
             if refusal is not None:
@@ -114,22 +118,38 @@ class RequestContext:
 
 
 async def _screen(
-    scope: Scope, receive: Receive, request_id: str
+    scope: Scope, receive: Receive, request_id: str, max_bytes: int
 ) -> tuple[Receive, Response | None]:
     """Refuse NUL and control characters up front (neither engine's text type stores NUL;
-    control characters have no place in a path). Returns the receive channel to use (the
-    body, once read for the check, is handed on unchanged) and a refusal, if any."""
+    control characters have no place in a path) and bodies over ``max_bytes``; turn a
+    composing form into its JSON body (:mod:`postroom.api.forms`). Returns the receive
+    channel to use (the body, once read for the checks, is handed on) and a refusal, if
+    any."""
 
-    def refuse(detail: str) -> Response:
-        body = {
-            "type": errors.PROBLEM_TYPE_BASE + "invalid_character",
-            "title": "Bad Request",
-            "status": 400,
-            "code": "invalid_character",
+    def refuse(
+        detail: str,
+        status: int = 400,
+        code: str = "invalid_character",
+        problems: list[dict[str, str]] | None = None,
+    ) -> Response:
+        body: dict[str, Any] = {
+            "type": errors.PROBLEM_TYPE_BASE + code,
+            "title": HTTPStatus(status).phrase,
+            "status": status,
+            "code": code,
             "detail": detail,
             "request_id": request_id,
         }
-        return JSONResponse(body, status_code=400, media_type=errors.PROBLEM_JSON)
+        if problems:
+            body["errors"] = problems
+        return JSONResponse(body, status_code=status, media_type=errors.PROBLEM_JSON)
+
+    def too_large() -> Response:
+        return refuse(
+            f"the request body is larger than {max_bytes} bytes (http.max_request_bytes)",
+            413,
+            "request_too_large",
+        )
 
     path: str = scope.get("path", "")
     query = QueryParams(scope.get("query_string", b""))
@@ -139,14 +159,23 @@ async def _screen(
         return receive, refuse("the URL contains a control character")
     if scope["method"] not in ("POST", "PUT", "PATCH"):
         return receive, None
+    headers = Headers(scope=scope)
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        return receive, too_large()
     chunks: list[bytes] = []
+    size = 0
     ended: Message | None = None
     while True:
         message = await receive()
         if message["type"] != "http.request":
             ended = message  # the client went away before sending its body
             break
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > max_bytes:
+            return receive, too_large()
+        chunks.append(chunk)
         if not message.get("more_body", False):
             break
     if ended is not None:
@@ -157,6 +186,18 @@ async def _screen(
 
         return gone, None
     body = b"".join(chunks)
+    content_type = headers.get("content-type")
+    if is_form(content_type) and accepts_form(scope["method"], scope.get("path", "")):
+        assert content_type is not None
+        try:
+            body = form_to_json(content_type, body)
+        except FormRefused as exc:
+            return receive, refuse(exc.detail, exc.status, exc.code, exc.errors)
+        scope["headers"] = [
+            (name, value)
+            for name, value in scope["headers"]
+            if name not in (b"content-type", b"content-length")
+        ] + [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     if b"\\u0000" in body or b"\x00" in body:
         return receive, refuse("the body contains a NUL character")
     sent = False
@@ -202,12 +243,29 @@ _PROBLEM_STATUSES = {
     "403": "The key lacks the permission, or its tenant or partner is suspended",
     "404": "Not found, or outside the key's reach",
     "409": "Conflicts with the current state, or an Idempotency-Key conflict",
+    "413": "The body is larger than http.max_request_bytes",
     "422": "Invalid field values (`errors` names the fields)",
     "429": "Rate limited: retry after `Retry-After` seconds",
     "500": "Internal error",
     "503": "The database or the queue cannot take the request now",
 }
 _PUBLIC_STATUSES = ("400", "500", "503")
+_BODILESS = tuple(s for s in _PROBLEM_STATUSES if s != "413")
+FORM_BODY: dict[str, Any] = {
+    "schema": {
+        "type": "object",
+        "description": (
+            "The JSON body as the `message` part, and files as `attachment` parts"
+            " (appended to the JSON's `attachments`)."
+        ),
+        "properties": {
+            "message": {"type": "string", "description": "The JSON body of the route."},
+            "attachment": {"type": "array", "items": {"type": "string", "format": "binary"}},
+        },
+        "additionalProperties": False,
+    },
+    "encoding": {"message": {"contentType": "application/json"}},
+}
 
 
 def _openapi(api: FastAPI) -> dict[str, Any]:
@@ -228,13 +286,19 @@ def _openapi(api: FastAPI) -> dict[str, Any]:
     public_operations = {
         spec.name.replace(".", "_") for spec in ROUTES.values() if spec.permission is None
     }
+    form_operations = {name.replace(".", "_") for name in FORM_ROUTES}
     for item in schema.get("paths", {}).values():
         for operation in item.values():
+            if operation.get("operationId") in form_operations:
+                content = operation.setdefault("requestBody", {}).setdefault("content", {})
+                content["multipart/form-data"] = FORM_BODY
             responses = operation.setdefault("responses", {})
             public = operation.get("operationId") in public_operations
             if not public:
                 operation["security"] = [{"bearer": []}]
-            statuses = _PUBLIC_STATUSES if public else tuple(_PROBLEM_STATUSES)
+            statuses = _PUBLIC_STATUSES if public else _BODILESS
+            if "requestBody" in operation:
+                statuses = (*statuses, "413")
             for status in (*statuses, *[s for s in responses if s[:1] in "45"]):
                 existing = responses.get(status, {})
                 responses[status] = {
