@@ -16,11 +16,15 @@ def purge_expired_verifications(tx: Tx, now: int) -> int:
 
 
 def analyze_after_bulk_load(tx: Tx) -> None:
-    """Give the PostgreSQL planner statistics for rows just bulk-loaded (an import):
+    """Give the PostgreSQL planner statistics for rows just bulk-loaded (an import, a
+    first IMAP sync):
     until autovacuum gets there, searches plan as if the tables were empty. SQLite's
     ``PRAGMA optimize`` runs with the hourly maintenance instead."""
     if tx.engine is Engine.POSTGRESQL:
-        tx.execute("ANALYZE messages, message_search, threads, attachments, labels")
+        tx.execute(
+            "ANALYZE messages, message_search, threads, thread_identifiers, attachments,"
+            " labels, events"
+        )
 
 
 def optimize(tx: Tx) -> None:
