@@ -16,15 +16,20 @@ def purge_expired_verifications(tx: Tx, now: int) -> int:
 
 
 def analyze_after_bulk_load(tx: Tx) -> None:
-    """Give the PostgreSQL planner statistics for rows just bulk-loaded (an import, a
-    first IMAP sync):
-    until autovacuum gets there, searches plan as if the tables were empty. SQLite's
-    ``PRAGMA optimize`` runs with the hourly maintenance instead."""
+    """Give the planner statistics for rows just bulk-loaded (an import, a first IMAP
+    sync): until autovacuum (PostgreSQL) or the hourly ``PRAGMA optimize`` (SQLite) gets
+    there, statements plan as if the tables were empty. On the 10,000 message benchmark
+    SQLite counted a thread's 119 messages in 1.4 ms without statistics and 0.1 ms with
+    them. SQLite samples at most ``analysis_limit`` rows of each index (well under a
+    second on a large database)."""
     if tx.engine is Engine.POSTGRESQL:
         tx.execute(
             "ANALYZE messages, message_search, threads, thread_identifiers, attachments,"
             " labels, events"
         )
+    else:
+        tx.execute("PRAGMA analysis_limit = 1000")
+        tx.execute("ANALYZE")
 
 
 def optimize(tx: Tx) -> None:
