@@ -9,6 +9,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
+import anyio.to_thread
 from fastapi import FastAPI, Response
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
@@ -190,7 +191,8 @@ async def _screen(
     if is_form(content_type) and accepts_form(scope["method"], scope.get("path", "")):
         assert content_type is not None
         try:
-            body = form_to_json(content_type, body)
+            # Parsing and base64 of up to http.max_request_bytes: off the event loop.
+            body = await anyio.to_thread.run_sync(form_to_json, content_type, body)
         except FormRefused as exc:
             return receive, refuse(exc.detail, exc.status, exc.code, exc.errors)
         scope["headers"] = [
