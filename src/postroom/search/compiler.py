@@ -337,5 +337,9 @@ def fuzzy_candidates(engine: Engine, words: tuple[str, ...]) -> Sql:
     grams = list(dict.fromkeys(g for w in words for g in trigrams(w)))[:MAX_TRIGRAMS]
     if engine is Engine.SQLITE:
         expr = " OR ".join(f'"{g}"' for g in grams)
-        return Sql("m.rowid IN (SELECT rowid FROM fts_tri WHERE fts_tri MATCH %s)", (expr,))
+        # "+" keeps the planner from driving the statement by the trigram matches (with
+        # statistics it would look up and sort thousands of rows: 46 instead of 4 ms on
+        # the benchmark); the newest rows of the inbox are read in order instead and
+        # tested against the matches, stopping at the candidate limit.
+        return Sql("+m.rowid IN (SELECT rowid FROM fts_tri WHERE fts_tri MATCH %s)", (expr,))
     return _join([Sql("s.short_text ILIKE %s", (f"%{_like(g)}%",)) for g in grams], "OR")
