@@ -277,3 +277,25 @@ def test_a_worker_killed_before_the_copy_was_answered_is_reported_unknown_not_re
         assert _subjects(server, "Archive") == ["Item 1", "Seed archive"]
     finally:
         proxy.close()
+
+
+def test_a_placement_the_server_refused_is_known_not_unknown(ready_app: Any, dovecot: Any) -> None:
+    server = dovecot()
+    _account_row, ids = _setup(ready_app, server)
+    # Dovecot answers NO [TRYCREATE]: the answer was read, nothing was placed.
+    moved = mutations.record(ready_app, ids[0], "move", folder="Nowhere")
+    copied = mutations.record(ready_app, ids[1], "copy", folder="Nowhere")
+    assert mutations.attempt(ready_app, moved.id, "w") == "abandoned"
+    assert mutations.attempt(ready_app, copied.id, "w") == "abandoned"
+    for change in (moved, copied):
+        current = mutations.get(ready_app, change.id)
+        assert current.stage == "abandoned" and current.last_failure_code == "folder_missing"
+    assert _subjects(server, "INBOX") == ["Item 0", "Item 1", "Item 2"]
+    with ready_app.db.read() as tx:
+        outcomes = tx.fetchall(
+            "SELECT mutation, outcome FROM mailbox_mutation_audit_entries ORDER BY mutation"
+        )
+    assert [(a["mutation"], a["outcome"]) for a in outcomes] == [
+        ("copy", "abandoned"),
+        ("move", "abandoned"),
+    ]

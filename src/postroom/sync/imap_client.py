@@ -77,17 +77,26 @@ _THROTTLE_CODES = frozenset({"LIMIT", "THROTTLED"})
 
 
 class ImapError(PostroomError):
-    """An IMAP operation failed; ``code`` says how, ``transient`` whether to retry later."""
+    """An IMAP operation failed; ``code`` says how, ``transient`` whether to retry later,
+    ``answered`` whether the server refused the command with a tagged NO or BAD (so its
+    outcome is known: a refused COPY or MOVE placed nothing) rather than the answer being
+    lost or unreadable."""
 
     code = "imap_error"
 
     def __init__(
-        self, code: str | None = None, detail: str = "", *, transient: bool | None = None
+        self,
+        code: str | None = None,
+        detail: str = "",
+        *,
+        transient: bool | None = None,
+        answered: bool = False,
     ) -> None:
         code = code or type(self).code
         super().__init__(f"{code}: {detail}" if detail else code, code=code)
         self.detail = detail
         self.transient = code in _TRANSIENT if transient is None else transient
+        self.answered = answered
 
 
 class ImapAuthError(ImapError):
@@ -721,17 +730,17 @@ class ImapClient:
         self._not_now(tagged, what)
         name, _ = tagged.code()
         if name in ("TRYCREATE", "NONEXISTENT"):
-            raise ImapNoSuchFolder(detail=f"{what}: {tagged.text()}")
-        raise ImapError("command_failed", f"{what}: {tagged.word} {tagged.text()}")
+            raise ImapNoSuchFolder(detail=f"{what}: {tagged.text()}", answered=True)
+        raise ImapError("command_failed", f"{what}: {tagged.word} {tagged.text()}", answered=True)
 
     @staticmethod
     def _not_now(tagged: _Response, what: str) -> None:
         """Raise when a refusal is the server's load or limits talking, not a verdict."""
         name, _ = tagged.code()
         if name in _THROTTLE_CODES:
-            raise ImapThrottled(detail=f"{what}: {tagged.word} {tagged.text()}")
+            raise ImapThrottled(detail=f"{what}: {tagged.word} {tagged.text()}", answered=True)
         if name == "UNAVAILABLE":
-            raise ImapUnreachable(detail=f"{what}: {tagged.word} {tagged.text()}")
+            raise ImapUnreachable(detail=f"{what}: {tagged.word} {tagged.text()}", answered=True)
 
     def _refresh_capabilities(self) -> None:
         tagged, _ = self._run(b"CAPABILITY")

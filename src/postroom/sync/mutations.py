@@ -13,6 +13,9 @@ durably before the step it allows:
   ``requires_source_removal`` (MOVE removes the source, COPY does not). A mutation
   found there after its attempt died is an **unknown outcome**: a second COPY would be a
   second message, so it is stamped ``25002`` and never retried automatically.
+  A placement the server *refused* (a tagged NO or BAD: a refused COPY or MOVE
+  places nothing) goes back to ``recorded``: retried later when the refusal is
+  transient (``throttled``), abandoned otherwise (a destination that does not exist).
 * A relocation found at ``placement_confirmed`` removes its source without copying
   again; a delete found at ``source_flagged_deleted`` reissues only the expunge.
 * Attempts are counted before each attempt (by the claim); after
@@ -351,10 +354,18 @@ def _carry(app: App, client: ImapClient, m: Mutation, owner: str) -> None:
         )
         remove = m.mutation == "move" and not use_move
         _advance(app, m, owner, "placement_issued", requires_source_removal=int(remove))
-        if use_move:
-            new_uid = client.move(m.uid, m.destination_path)
-        else:
-            new_uid = client.copy(m.uid, m.destination_path)
+        try:
+            if use_move:
+                new_uid = client.move(m.uid, m.destination_path)
+            else:
+                new_uid = client.copy(m.uid, m.destination_path)
+        except ImapError as exc:
+            if exc.answered:
+                # A tagged NO or BAD is an answer, and a refused COPY or MOVE leaves the
+                # destination as it was (RFC 3501 §6.4.7; MOVE fails as COPY does, RFC
+                # 6851 §3.3): nothing was placed, so this is no unknown outcome.
+                _advance(app, m, owner, "recorded", requires_source_removal=0)
+            raise
         dest_validity = _dest_validity(app, m) if new_uid else None
         _advance(
             app,
