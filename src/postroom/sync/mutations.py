@@ -361,9 +361,11 @@ def _carry(app: App, client: ImapClient, m: Mutation, owner: str) -> None:
                 new_uid = client.copy(m.uid, m.destination_path)
         except ImapError as exc:
             if exc.answered:
-                # A tagged NO or BAD is an answer, and a refused COPY or MOVE leaves the
-                # destination as it was (RFC 3501 §6.4.7; MOVE fails as COPY does, RFC
-                # 6851 §3.3): nothing was placed, so this is no unknown outcome.
+                # A tagged NO or BAD is an answer. A refused COPY leaves the destination
+                # as it was (RFC 3501 §6.4.7); a refused MOVE leaves the message moved or
+                # unaffected, never in both (RFC 6851 §3.3), and a retry of a message
+                # that did move finds its source UID gone and places nothing. So no
+                # second copy can come of trying again: this is no unknown outcome.
                 _advance(app, m, owner, "recorded", requires_source_removal=0)
             raise
         dest_validity = _dest_validity(app, m) if new_uid else None
