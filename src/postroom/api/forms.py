@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from starlette.routing import compile_path
 
 from postroom.api.routes import ROUTES
 from postroom.mail.attachments import sanitize_filename
@@ -43,13 +44,8 @@ FORM_ROUTES = (
 _FILE_FIELDS = ("attachment", "attachments")
 _GENERIC_TYPES = ("application/octet-stream", "")
 
-_PATTERNS = tuple(
-    (
-        ROUTES[name].method,
-        re.compile("^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(ROUTES[name].path)) + "$"),
-    )
-    for name in FORM_ROUTES
-)
+# The same path matching the router uses (Starlette's compile_path).
+_PATTERNS = tuple((ROUTES[name].method, compile_path(ROUTES[name].path)[0]) for name in FORM_ROUTES)
 
 
 @dataclass
